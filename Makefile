@@ -1,0 +1,34 @@
+# liken's build. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+export LIKEN_TEST_REPORT := $(CURDIR)/.test-report
+
+.PHONY: help deps build generate tools test test-unit test-api check-generated examples
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+deps: ## Install the Debian packages liken's build and tests need (idempotent).
+	@hack/deps.sh
+
+build: ## Build bin/liken.
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
+
+generate: ## Regenerate deepcopy, CRDs and the API reference.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd
+	$(GO) run ./hack/apidoc > docs/reference/api.md
+
+tools: ## Build the upstream test binaries (kube-apiserver, etcd, ...) into test/tools/bin.
+	test/tools/build.sh
+
+examples: build ## Validate the example manifests with the API's own rules.
+	bin/liken validate docs/examples
+
+test: deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
+	@rm -f $(LIKEN_TEST_REPORT)
+	@start=$$(date +%s); \
+	$(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./... ; rc=$$?; \
+	echo; echo "== figures =="; cat $(LIKEN_TEST_REPORT) 2>/dev/null; \
+	echo "go test total: $$(( $$(date +%s) - start ))s"; exit $$rc

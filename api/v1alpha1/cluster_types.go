@@ -1,0 +1,367 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ClusterName is the name of the one Cluster object a liken cluster has.
+const ClusterName = "liken"
+
+// Cluster describes the whole fleet: the release every machine runs, the network, and the
+// settings the machines share. There is exactly one, named "liken".
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=liken
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`,description="Release the fleet runs"
+// +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.upToDateMachines`,description="Machines running spec.version"
+// +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`,description="Machines in the cluster"
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.rebootPolicy`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == 'liken'",message="a liken cluster has exactly one Cluster and it must be named 'liken'"
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ClusterSpec `json:"spec"`
+	// +optional
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterSpec is what operators declare for the whole fleet.
+//
+// +kubebuilder:validation:XValidation:rule="self.version in self.releases",messageExpression="'spec.version ' + self.version + ' is not pinned: add it with its digest to spec.releases first'"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.network) || has(self.network)",message="spec.network is immutable: it cannot be removed once set"
+type ClusterSpec struct {
+	// Channel is the URL of the release channel: a directory holding <version>/release.json
+	// and the release's files, served over http:// or https://, or read as file://.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|file)://[^\\\\s]+$')",message="channel must be an http://, https:// or file:// URL without spaces"
+	Channel string `json:"channel"`
+
+	// Releases pins each release a machine may run: version → digest of its release.json.
+	// A machine refuses any release whose document does not match its pin.
+	// +required
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=128
+	// +kubebuilder:validation:XValidation:rule="self.all(v, v.size() <= 14 && v.matches('^[0-9]{4}[.][0-9]{2}[.][0-9]{2}-[0-9]{3}$'))",message="release versions (the keys of spec.releases) must look like 2026.07.20-001: the date as YYYY.MM.DD, '-', and a three-digit sequence"
+	Releases map[string]Digest `json:"releases"`
+
+	// Version is the release every machine runs, unless its Machine overrides it. It must be
+	// one of the pinned releases. Changing it upgrades (or rolls back) the fleet, one
+	// disruption-budget turn at a time.
+	// +required
+	Version ReleaseVersion `json:"version"`
+
+	// RebootPolicy: Manual (the default) makes every reboot wait for an operator's approval
+	// as well as its turn; Auto takes the reboot when the turn comes.
+	// +optional
+	// +kubebuilder:default=Manual
+	RebootPolicy RebootPolicy `json:"rebootPolicy,omitempty"`
+
+	// DisruptionBudget bounds how many machines may be unavailable at once.
+	// +optional
+	// +kubebuilder:default={}
+	DisruptionBudget DisruptionBudget `json:"disruptionBudget,omitempty"`
+
+	// Drain says how a machine empties itself before it reboots.
+	// +optional
+	// +kubebuilder:default={}
+	Drain DrainPolicy `json:"drain,omitempty"`
+
+	// Features switches k3s's packaged components and cluster-wide k3s settings.
+	// +optional
+	// +kubebuilder:default={}
+	Features K3sFeatures `json:"features,omitempty"`
+
+	// Registries configures image registry mirrors and credentials for every machine.
+	// +optional
+	Registries *Registries `json:"registries,omitempty"`
+
+	// Sysctls are kernel parameters set on every machine; a Machine's own sysctls win.
+	// +optional
+	Sysctls Sysctls `json:"sysctls,omitempty"`
+
+	// KernelArgs are appended to every machine's kernel command line, before the Machine's
+	// own. A change boots as a one-shot trial and falls back if the machine does not come
+	// back healthy.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	KernelArgs []KernelArg `json:"kernelArgs,omitempty"`
+
+	// Network holds the cluster's address ranges. They are fixed when the cluster is created.
+	// +optional
+	// +kubebuilder:default={}
+	Network ClusterNetwork `json:"network,omitempty"`
+}
+
+// DisruptionBudget bounds the machines unavailable at one time, for any reason.
+type DisruptionBudget struct {
+	// MaxUnavailable is a count (at least 1) or a percentage of all machines (1% to 100%,
+	// rounded down but never below one machine). Machines unavailable for other reasons count
+	// against it too.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// DrainPolicy says how a machine is drained before a reboot.
+type DrainPolicy struct {
+	// Timeout bounds the drain. When it passes with pods still in place, the machine
+	// uncordons, gives its turn back and names the blocking pods in its status, unless
+	// Force is set.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="drain timeout must be a duration from 10s to 24h, such as 10m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// DeleteEmptyDirData lets the drain evict pods that use emptyDir volumes (their data is
+	// lost). Without it such pods block the drain.
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+
+	// DeleteUnmanagedPods lets the drain delete pods no controller manages (they are not
+	// recreated). Without it such pods block the drain.
+	// +optional
+	DeleteUnmanagedPods bool `json:"deleteUnmanagedPods,omitempty"`
+
+	// Force deletes the pods still in place when the timeout passes, bypassing
+	// PodDisruptionBudgets, and reboots. Off by default: a blocked drain gives the turn back.
+	// +optional
+	Force bool `json:"force,omitempty"`
+}
+
+// FlannelBackend is k3s's flannel backend.
+// +kubebuilder:validation:Enum=vxlan;host-gw;wireguard-native;none
+type FlannelBackend string
+
+// K3sFeatures are k3s's packaged components and the k3s settings that must match on every
+// server. The packaged components restart k3s in place on servers when switched (agents do
+// not run them); the settings k3s requires to match across servers cannot change after
+// creation.
+type K3sFeatures struct {
+	// Traefik runs k3s's packaged Traefik ingress controller.
+	// +optional
+	// +kubebuilder:default=true
+	Traefik *bool `json:"traefik,omitempty"`
+	// MetricsServer runs k3s's packaged metrics-server.
+	// +optional
+	// +kubebuilder:default=true
+	MetricsServer *bool `json:"metricsServer,omitempty"`
+	// LocalStorage runs k3s's packaged local-path provisioner.
+	// +optional
+	// +kubebuilder:default=true
+	LocalStorage *bool `json:"localStorage,omitempty"`
+	// CoreDNS runs k3s's packaged CoreDNS.
+	// +optional
+	// +kubebuilder:default=true
+	CoreDNS *bool `json:"coreDNS,omitempty"`
+
+	// ServiceLB runs k3s's packaged service load balancer (klipper-lb). Immutable: k3s
+	// requires disable=servicelb to match on every server.
+	// +optional
+	// +kubebuilder:default=true
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.serviceLB is immutable: k3s requires it to match on every server"
+	ServiceLB *bool `json:"serviceLB,omitempty"`
+	// NetworkPolicy runs k3s's embedded network policy controller. Immutable.
+	// +optional
+	// +kubebuilder:default=true
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.networkPolicy is immutable: k3s requires it to match on every server"
+	NetworkPolicy *bool `json:"networkPolicy,omitempty"`
+	// EmbeddedRegistry turns on k3s's embedded registry mirror (Spegel). Immutable.
+	// +optional
+	// +kubebuilder:default=false
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.embeddedRegistry is immutable: k3s requires it to match on every server"
+	EmbeddedRegistry *bool `json:"embeddedRegistry,omitempty"`
+	// SecretsEncryption encrypts Secrets at rest in the datastore. Immutable.
+	// +optional
+	// +kubebuilder:default=false
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.secretsEncryption is immutable: k3s requires it to match on every server"
+	SecretsEncryption *bool `json:"secretsEncryption,omitempty"`
+	// FlannelBackend is the pod network's flannel backend. Immutable.
+	// +optional
+	// +kubebuilder:default=vxlan
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.flannelBackend is immutable: k3s requires it to match on every server"
+	FlannelBackend FlannelBackend `json:"flannelBackend,omitempty"`
+}
+
+// Registries configures containerd's registry mirrors and per-registry settings on every
+// machine (k3s's registries.yaml). A change restarts k3s in place; pods keep running.
+type Registries struct {
+	// Mirrors redirect pulls from a registry to other endpoints.
+	// +optional
+	// +listType=map
+	// +listMapKey=registry
+	// +kubebuilder:validation:MaxItems=64
+	Mirrors []RegistryMirror `json:"mirrors,omitempty"`
+	// Configs hold credentials and TLS settings per registry host.
+	// +optional
+	// +listType=map
+	// +listMapKey=host
+	// +kubebuilder:validation:MaxItems=64
+	Configs []RegistryConfig `json:"configs,omitempty"`
+}
+
+// RegistryMirror lists the endpoints to try for one registry.
+type RegistryMirror struct {
+	// Registry is the registry host whose pulls are redirected, e.g. docker.io, or "*" for
+	// every registry.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '*' || self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$')",message="registry must be a host name with an optional :port, such as docker.io or registry.local:5000, or '*'"
+	Registry string `json:"registry"`
+	// Endpoints are the mirror URLs, tried in order before the registry itself.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^https?://[^\\\\s]+$')",message="mirror endpoints must be http:// or https:// URLs"
+	// +listType=set
+	Endpoints []string `json:"endpoints"`
+	// Rewrites rewrite image names (regular expression → replacement) for this mirror.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	Rewrites map[string]string `json:"rewrites,omitempty"`
+}
+
+// RegistryConfig holds credentials and TLS settings for one registry host.
+type RegistryConfig struct {
+	// Host is the registry or mirror host, with an optional :port.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$')",message="host must be a host name with an optional :port, such as registry.local:5000"
+	Host string `json:"host"`
+	// AuthSecret names a Secret in liken-system with keys username and password, or
+	// identityToken. Credentials are never written in the Cluster itself.
+	// +optional
+	AuthSecret *SecretReference `json:"authSecret,omitempty"`
+	// TLS configures the connection to this host.
+	// +optional
+	TLS *RegistryTLS `json:"tls,omitempty"`
+}
+
+// RegistryTLS configures TLS towards a registry host.
+type RegistryTLS struct {
+	// Secret names a Secret in liken-system holding ca.crt (a CA bundle to trust) and,
+	// for client authentication, tls.crt and tls.key.
+	// +optional
+	Secret *SecretReference `json:"secret,omitempty"`
+	// InsecureSkipVerify turns off verification of the registry's certificate.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// ClusterNetwork is the cluster's address plan. It is immutable: k3s requires these to match
+// on every server and cannot move a running cluster to new ranges.
+//
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.network is immutable: the cluster's address ranges are fixed when it is created"
+// +kubebuilder:validation:XValidation:rule="!isCIDR(self.serviceCIDR) || !isIP(self.clusterDNS) || cidr(self.serviceCIDR).containsIP(self.clusterDNS)",message="network.clusterDNS must be an address inside network.serviceCIDR"
+// +kubebuilder:validation:XValidation:rule="!isCIDR(self.clusterCIDR) || !isCIDR(self.serviceCIDR) || (!cidr(self.clusterCIDR).containsCIDR(cidr(self.serviceCIDR)) && !cidr(self.serviceCIDR).containsCIDR(cidr(self.clusterCIDR)))",message="network.clusterCIDR and network.serviceCIDR must not overlap"
+type ClusterNetwork struct {
+	// ClusterCIDR is the range pod addresses come from.
+	// +optional
+	// +kubebuilder:default="10.42.0.0/16"
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="network.clusterCIDR must be a network in CIDR notation, such as 10.42.0.0/16"
+	ClusterCIDR string `json:"clusterCIDR,omitempty"`
+	// ServiceCIDR is the range Service cluster IPs come from.
+	// +optional
+	// +kubebuilder:default="10.43.0.0/16"
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="network.serviceCIDR must be a network in CIDR notation, such as 10.43.0.0/16"
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// ClusterDNS is the Service address of the cluster DNS, inside ServiceCIDR.
+	// +optional
+	// +kubebuilder:default="10.43.0.10"
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="network.clusterDNS must be an IP address, such as 10.43.0.10"
+	ClusterDNS string `json:"clusterDNS,omitempty"`
+	// ClusterDomain is the cluster's DNS domain.
+	// +optional
+	// +kubebuilder:default="cluster.local"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="network.clusterDomain must be a DNS domain such as cluster.local"
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+}
+
+// ClusterStatus is the fleet as the coordinator sees it.
+type ClusterStatus struct {
+	// ObservedGeneration is the Cluster generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Machines is the number of Machines.
+	// +optional
+	Machines int32 `json:"machines"`
+	// UpToDateMachines is the number of machines running the release they are meant to run.
+	// +optional
+	UpToDateMachines int32 `json:"upToDateMachines"`
+	// Versions counts the machines running each release.
+	// +optional
+	// +listType=map
+	// +listMapKey=version
+	Versions []VersionCount `json:"versions,omitempty"`
+	// Rollout is the progress towards spec.version.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// Turns are the machines that currently hold a disruption-budget turn.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	Turns []Turn `json:"turns,omitempty"`
+	// Conditions: Available, Progressing, Degraded (see conditions.go for reasons).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// VersionCount is how many machines run one release.
+type VersionCount struct {
+	// +required
+	Version string `json:"version"`
+	// +optional
+	Digest Digest `json:"digest,omitempty"`
+	// +required
+	Machines int32 `json:"machines"`
+}
+
+// RolloutStatus is the fleet's progress towards a release.
+type RolloutStatus struct {
+	// TargetVersion is the spec.version being rolled out.
+	TargetVersion string `json:"targetVersion"`
+	// Updated machines run the target and have committed it.
+	Updated int32 `json:"updated"`
+	// Waiting machines have it staged and wait for a turn or an approval.
+	Waiting int32 `json:"waiting"`
+	// Failed machines tried it and fell back; they do not retry without an operator.
+	Failed int32 `json:"failed"`
+	// StartedAt is when spec.version last changed.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+}
+
+// Turn is one machine's right to be unavailable.
+type Turn struct {
+	// Machine holding the turn.
+	Machine string `json:"machine"`
+	// Since when it holds it.
+	Since metav1.Time `json:"since"`
+	// Reason the machine is down: the pending hash it reboots for, or "request".
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterList is a list of Clusters.
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cluster `json:"items"`
+}

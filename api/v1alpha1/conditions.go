@@ -1,0 +1,79 @@
+package v1alpha1
+
+// Condition types and reasons. Code decides from these; people read them with
+// `kubectl describe`. Each reason is CamelCase and says why the condition has its status.
+
+// Machine condition types.
+const (
+	// MachineReady is True when k3s is healthy, the Node is Ready and the agent has
+	// reconciled the current spec.
+	MachineReady = "Ready"
+	// MachineConfigApplied is True when every Live and RestartK3s change of the current
+	// spec has been applied (NextBoot and Reboot changes are reported by RebootPending).
+	MachineConfigApplied = "ConfigApplied"
+	// MachineRebootPending is True when status.pending holds staged changes or a reboot
+	// request; its message names the fields.
+	MachineRebootPending = "RebootPending"
+	// MachineDegraded is True when something the machine should do has failed and needs an
+	// operator: an item that cannot be applied, an unpinned version, a failed trial.
+	MachineDegraded = "Degraded"
+	// MachineUpgradeFailed is True when the last trial of a release failed and the machine
+	// fell back to its last good slot.
+	MachineUpgradeFailed = "UpgradeFailed"
+)
+
+// Machine condition reasons.
+const (
+	// ReasonReady: k3s healthy, node Ready, spec reconciled.
+	ReasonReady = "Ready"
+	// ReasonK3sNotReady: k3s does not answer its readiness check.
+	ReasonK3sNotReady = "K3sNotReady"
+	// ReasonNodeNotReady: the Node's Ready condition is not True.
+	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonReconciling: the agent has not yet applied the current spec.
+	ReasonReconciling = "Reconciling"
+
+	// ReasonApplied: every live change is applied.
+	ReasonApplied = "Applied"
+	// ReasonApplyFailed: one or more items could not be applied; the message names them.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonRestartingK3s: k3s is being restarted to apply rendered configuration.
+	ReasonRestartingK3s = "RestartingK3s"
+
+	// ReasonNothingPending: no staged change and no reboot request.
+	ReasonNothingPending = "NothingPending"
+	// ReasonChangesStaged: changes wait for the next boot or a reboot; the message names them.
+	ReasonChangesStaged = "ChangesStaged"
+	// ReasonRebootRequested: an operator asked for a reboot.
+	ReasonRebootRequested = "RebootRequested"
+
+	// ReasonHealthy: nothing is degraded.
+	ReasonHealthy = "Healthy"
+	// ReasonVersionNotPinned: the wanted version has no pin in the Cluster's spec.releases.
+	ReasonVersionNotPinned = "VersionNotPinned"
+	// ReasonReleaseVerifyFailed: a downloaded file did not match the pinned digest.
+	ReasonReleaseVerifyFailed = "ReleaseVerifyFailed"
+
+	// ReasonKernelPanic, ReasonInitFailed, ReasonWatchdog, ReasonHealthDeadline and
+	// ReasonBootInterrupted say why a trial boot failed.
+	ReasonKernelPanic     = "KernelPanic"
+	ReasonInitFailed      = "InitFailed"
+	ReasonWatchdog        = "Watchdog"
+	ReasonHealthDeadline  = "HealthDeadline"
+	ReasonBootInterrupted = "BootInterrupted"
+	// ReasonTrialFailed is used when the machine knows only that the trial did not commit.
+	ReasonTrialFailed = "TrialFailed"
+	// ReasonCommitted: the last trial passed and became the default slot.
+	ReasonCommitted = "Committed"
+)
+
+// Cluster condition types.
+const (
+	// ClusterAvailable is True when no more machines are unavailable than the budget allows.
+	ClusterAvailable = "Available"
+	// ClusterProgressing is True while machines move to spec.version or apply staged changes.
+	ClusterProgressing = "Progressing"
+	// ClusterDegraded is True when a machine failed a trial or a turn is held by a machine
+	// that does not come back.
+	ClusterDegraded = "Degraded"
+)

@@ -1,0 +1,301 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MachineStatus is what a machine reports about itself. Only the machine writes it.
+type MachineStatus struct {
+	// ObservedGeneration is the Machine generation the agent last read.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// AppliedGeneration is the Machine generation whose spec is fully applied or staged.
+	// +optional
+	AppliedGeneration int64 `json:"appliedGeneration,omitempty"`
+	// AppliedClusterGeneration is the Cluster generation fully applied or staged here.
+	// +optional
+	AppliedClusterGeneration int64 `json:"appliedClusterGeneration,omitempty"`
+
+	// Hardware is what the machine found at boot.
+	// +optional
+	Hardware *Hardware `json:"hardware,omitempty"`
+
+	// Release is the release the machine booted.
+	// +optional
+	Release *RunningRelease `json:"release,omitempty"`
+
+	// Pending lists the changes staged for the next boot or for a reboot of their own,
+	// each with its field, class, old and new value, and since when it waits.
+	// +optional
+	// +listType=map
+	// +listMapKey=field
+	Pending []PendingChange `json:"pending,omitempty"`
+	// PendingCount is len(pending), for kubectl's PENDING column.
+	// +optional
+	PendingCount int32 `json:"pendingCount,omitempty"`
+	// PendingHash identifies the pending set: "sha256:" and the hex SHA-256 of its canonical
+	// form. An approval binds to it, so an approval never covers a change made after it.
+	// +optional
+	PendingHash string `json:"pendingHash,omitempty"`
+
+	// Reboot is where the machine is in its reboot.
+	// +optional
+	Reboot RebootStatus `json:"reboot,omitempty"`
+
+	// Upgrade is where the machine is in moving to another release.
+	// +optional
+	Upgrade UpgradeStatus `json:"upgrade,omitempty"`
+
+	// Conditions: Ready, ConfigApplied, RebootPending, Degraded, UpgradeFailed (see
+	// conditions.go for the reasons).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Hardware is the inventory a machine reads from /sys and /proc.
+type Hardware struct {
+	// System is the DMI identity of the machine.
+	// +optional
+	System SystemInfo `json:"system,omitempty"`
+	// CPU model and counts.
+	// +optional
+	CPU CPUInfo `json:"cpu,omitempty"`
+	// MemoryBytes is the usable memory.
+	// +optional
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// Disks are the block devices (not partitions, loops or RAM disks).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Disks []DiskInfo `json:"disks,omitempty"`
+	// NICs are the network interfaces backed by a device.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	NICs []NICInfo `json:"nics,omitempty"`
+	// PCIDevices are the PCI functions with the driver bound to each.
+	// +optional
+	// +listType=map
+	// +listMapKey=address
+	PCIDevices []PCIDevice `json:"pciDevices,omitempty"`
+	// Modules are the loaded kernel modules.
+	// +optional
+	// +listType=set
+	Modules []string `json:"modules,omitempty"`
+}
+
+// SystemInfo is the machine's DMI identity.
+type SystemInfo struct {
+	Vendor  string `json:"vendor,omitempty"`
+	Product string `json:"product,omitempty"`
+	Serial  string `json:"serial,omitempty"`
+	UUID    string `json:"uuid,omitempty"`
+}
+
+// CPUInfo describes the processors.
+type CPUInfo struct {
+	Model string `json:"model,omitempty"`
+	// Sockets, Cores and Threads count physical packages, cores and logical CPUs.
+	Sockets int32 `json:"sockets,omitempty"`
+	Cores   int32 `json:"cores,omitempty"`
+	Threads int32 `json:"threads,omitempty"`
+}
+
+// DiskInfo describes one block device.
+type DiskInfo struct {
+	// Name is the kernel name, such as vda or nvme0n1.
+	Name       string `json:"name"`
+	Model      string `json:"model,omitempty"`
+	Serial     string `json:"serial,omitempty"`
+	SizeBytes  int64  `json:"sizeBytes,omitempty"`
+	Rotational bool   `json:"rotational,omitempty"`
+}
+
+// NICInfo describes one network interface.
+type NICInfo struct {
+	Name   string `json:"name"`
+	MAC    string `json:"mac,omitempty"`
+	Driver string `json:"driver,omitempty"`
+	// Link is true when the interface has a carrier.
+	Link bool `json:"link,omitempty"`
+	// SpeedMbps is the negotiated speed, when the driver reports one.
+	SpeedMbps int32 `json:"speedMbps,omitempty"`
+}
+
+// PCIDevice is one PCI function.
+type PCIDevice struct {
+	// Address is the PCI address, such as 0000:00:03.0.
+	Address string `json:"address"`
+	// Vendor and Device are the hexadecimal IDs, such as 1af4 and 1000.
+	Vendor string `json:"vendor,omitempty"`
+	Device string `json:"device,omitempty"`
+	// Class is the hexadecimal class code, such as 020000 (Ethernet).
+	Class string `json:"class,omitempty"`
+	// Driver is the bound driver; empty when none is bound.
+	Driver string `json:"driver,omitempty"`
+}
+
+// Slot is one of the two copies of the operating system on a machine's disk.
+// +kubebuilder:validation:Enum=A;B
+type Slot string
+
+const (
+	SlotA Slot = "A"
+	SlotB Slot = "B"
+)
+
+// RunningRelease is the release a machine booted.
+type RunningRelease struct {
+	Version string `json:"version,omitempty"`
+	Digest  Digest `json:"digest,omitempty"`
+	// Slot the machine booted.
+	Slot Slot `json:"slot,omitempty"`
+	// LastGoodSlot is the slot the machine falls back to: the last one that passed its trial.
+	LastGoodSlot Slot `json:"lastGoodSlot,omitempty"`
+	// Trial is true while this boot is a trial that has not been committed yet.
+	// +optional
+	Trial bool `json:"trial,omitempty"`
+	// BootTime is when the machine booted.
+	// +optional
+	BootTime *metav1.Time `json:"bootTime,omitempty"`
+	// K3s is the k3s version in the release; "stand-in" marks the node simulator used in
+	// tests, which a real release never carries.
+	// +optional
+	K3s string `json:"k3s,omitempty"`
+}
+
+// ChangeClass says how a change to a spec field reaches a machine.
+// +kubebuilder:validation:Enum=Live;RestartK3s;NextBoot;Reboot;Immutable
+type ChangeClass string
+
+const (
+	// Live changes apply within seconds, with no restart.
+	Live ChangeClass = "Live"
+	// RestartK3s changes restart k3s in place; containers keep running.
+	RestartK3s ChangeClass = "RestartK3s"
+	// NextBoot changes are staged and take effect at the next boot, whatever its reason.
+	NextBoot ChangeClass = "NextBoot"
+	// Reboot changes are staged and the machine asks for a reboot turn of its own.
+	Reboot ChangeClass = "Reboot"
+	// Immutable fields are refused by the API once set.
+	Immutable ChangeClass = "Immutable"
+)
+
+// PendingChange is one staged change.
+type PendingChange struct {
+	// Field is the spec path, such as machine.spec.network or cluster.spec.version.
+	Field string `json:"field"`
+	// Class is NextBoot or Reboot.
+	Class ChangeClass `json:"class"`
+	// From is the applied value (JSON), To the staged one.
+	// +optional
+	From string `json:"from,omitempty"`
+	// +optional
+	To string `json:"to,omitempty"`
+	// Since when the change waits.
+	Since metav1.Time `json:"since"`
+}
+
+// RebootState is where a machine is in its reboot.
+// +kubebuilder:validation:Enum=None;WaitingForApproval;WaitingForTurn;Draining;Rebooting;Verifying
+type RebootState string
+
+const (
+	// RebootNone: nothing asks for a reboot.
+	RebootNone RebootState = "None"
+	// RebootWaitingForApproval: changes or a request need a reboot; rebootPolicy is Manual
+	// and no approval matches pendingHash.
+	RebootWaitingForApproval RebootState = "WaitingForApproval"
+	// RebootWaitingForTurn: the reboot may go ahead once the disruption budget gives a turn.
+	RebootWaitingForTurn RebootState = "WaitingForTurn"
+	// RebootDraining: the machine holds a turn, is cordoned and evicts its pods.
+	RebootDraining RebootState = "Draining"
+	// RebootRebooting: the machine is going down.
+	RebootRebooting RebootState = "Rebooting"
+	// RebootVerifying: the machine is back and waits to be healthy before it gives the turn
+	// back.
+	RebootVerifying RebootState = "Verifying"
+)
+
+// RebootStatus is the machine's side of a reboot.
+type RebootStatus struct {
+	// State is where the machine is.
+	// +optional
+	State RebootState `json:"state,omitempty"`
+	// Message says why, in words: what it waits for, or what blocks it.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ApprovedHash is the pending hash of the approval the machine acted on.
+	// +optional
+	ApprovedHash string `json:"approvedHash,omitempty"`
+	// LastRequestHandled is the requestedAt of the last reboot request carried out.
+	// +optional
+	LastRequestHandled *metav1.Time `json:"lastRequestHandled,omitempty"`
+	// BlockingPods are the namespace/name of pods that kept the last drain from finishing.
+	// +optional
+	// +listType=atomic
+	BlockingPods []string `json:"blockingPods,omitempty"`
+	// LastRebootTime is when the machine last went down for a reboot liken coordinated.
+	// +optional
+	LastRebootTime *metav1.Time `json:"lastRebootTime,omitempty"`
+}
+
+// UpgradeState is where a machine is in moving to another release.
+// +kubebuilder:validation:Enum=Idle;Downloading;Staged;Trial;FellBack
+type UpgradeState string
+
+const (
+	// UpgradeIdle: the machine runs the release it is meant to run.
+	UpgradeIdle UpgradeState = "Idle"
+	// UpgradeDownloading: the release is being fetched and verified into the inactive slot.
+	UpgradeDownloading UpgradeState = "Downloading"
+	// UpgradeStaged: the inactive slot holds the verified release; a reboot is pending.
+	UpgradeStaged UpgradeState = "Staged"
+	// UpgradeTrial: the machine booted the new slot once and waits to pass its health gate.
+	UpgradeTrial UpgradeState = "Trial"
+	// UpgradeFellBack: the trial failed and the machine booted its last good slot again.
+	UpgradeFellBack UpgradeState = "FellBack"
+)
+
+// UpgradeStatus is the machine's progress towards a release.
+type UpgradeStatus struct {
+	// State is where the machine is.
+	// +optional
+	State UpgradeState `json:"state,omitempty"`
+	// TargetVersion and TargetDigest are the release the machine moves to.
+	// +optional
+	TargetVersion string `json:"targetVersion,omitempty"`
+	// +optional
+	TargetDigest Digest `json:"targetDigest,omitempty"`
+	// TargetSlot is the slot being written or tried.
+	// +optional
+	TargetSlot Slot `json:"targetSlot,omitempty"`
+	// BytesDone and BytesTotal show download progress.
+	// +optional
+	BytesDone int64 `json:"bytesDone,omitempty"`
+	// +optional
+	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// Message says what happens or what failed, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// FailedReleases are digests whose trial failed here; none is retried unless
+	// spec.retryFailedDigest names it.
+	// +optional
+	// +listType=map
+	// +listMapKey=digest
+	FailedReleases []FailedRelease `json:"failedReleases,omitempty"`
+}
+
+// FailedRelease is a release whose trial failed on this machine.
+type FailedRelease struct {
+	Digest  Digest `json:"digest"`
+	Version string `json:"version,omitempty"`
+	// Reason the trial failed: a condition reason such as KernelPanic or HealthDeadline.
+	Reason string `json:"reason,omitempty"`
+	// Message in words.
+	// +optional
+	Message string      `json:"message,omitempty"`
+	At      metav1.Time `json:"at"`
+}

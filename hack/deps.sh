@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages liken's build and tests need, when they are missing.
+# Go itself and its modules come from the machine's Go and the Go module proxy.
+set -euo pipefail
+packages=(ca-certificates git make util-linux)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+command -v go >/dev/null || { echo "deps: go is not on PATH (expected /usr/local/go/bin)" >&2; exit 1; }

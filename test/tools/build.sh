@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the upstream components liken's API-tier tests run against (kube-apiserver,
+# kube-controller-manager, kubectl, etcd) from the Go module proxy into test/tools/bin, unless
+# they are already there for the same go.mod/go.sum. Safe to run concurrently (flock).
+# Static builds (CGO_ENABLED=0) so the same binaries also run inside liken's VMs.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin="$here/bin"
+mkdir -p "$bin"
+exec 9>"$bin/.lock"
+flock 9
+
+build() { # build MODULE_DIR PACKAGE...
+	local dir=$1; shift
+	local stamp="$bin/.stamp-$(basename "$dir")"
+	local want
+	want=$(cat "$dir/go.mod" "$dir/go.sum" "$0" | sha256sum | cut -d' ' -f1)
+	local missing=0
+	for p in "$@"; do [ -x "$bin/$(basename "$p")" ] || missing=1; done
+	if [ "$missing" = 0 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+		return
+	fi
+	echo "building $* (first build takes about 15 minutes on 2 cores) ..." >&2
+	local start=$SECONDS
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -o "$bin/" "$@")
+	echo "$want" >"$stamp"
+	echo "built $(basename "$dir") tools in $((SECONDS - start))s" >&2
+	if [ -n "${LIKEN_TEST_REPORT:-}" ]; then
+		echo "tools: built $(basename "$dir") in $((SECONDS - start))s" >>"$LIKEN_TEST_REPORT"
+	fi
+}
+
+build "$here/etcd" liken.dev/liken/test/tools/etcd
+build "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
