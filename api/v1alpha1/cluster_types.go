@@ -95,7 +95,7 @@ type ClusterSpec struct {
 
 	// Network holds the cluster's address ranges. They are fixed when the cluster is created.
 	// +optional
-	// +kubebuilder:default={}
+	// +kubebuilder:default={clusterCIDR:"10.42.0.0/16",serviceCIDR:"10.43.0.0/16",clusterDNS:"10.43.0.10",clusterDomain:"cluster.local"}
 	Network ClusterNetwork `json:"network,omitempty"`
 }
 
@@ -107,6 +107,7 @@ type DisruptionBudget struct {
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=4
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
@@ -198,13 +199,13 @@ type Registries struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=registry
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=16
 	Mirrors []RegistryMirror `json:"mirrors,omitempty"`
 	// Configs hold credentials and TLS settings per registry host.
 	// +optional
 	// +listType=map
 	// +listMapKey=host
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=16
 	Configs []RegistryConfig `json:"configs,omitempty"`
 }
 
@@ -219,8 +220,8 @@ type RegistryMirror struct {
 	// Endpoints are the mirror URLs, tried in order before the registry itself.
 	// +required
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=512
 	// +kubebuilder:validation:items:XValidation:rule="self.matches('^https?://[^\\\\s]+$')",message="mirror endpoints must be http:// or https:// URLs"
 	// +listType=set
 	Endpoints []string `json:"endpoints"`
@@ -305,6 +306,7 @@ type ClusterStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=version
+	// +kubebuilder:validation:MaxItems=128
 	Versions []VersionCount `json:"versions,omitempty"`
 	// Rollout is the progress towards spec.version.
 	// +optional
@@ -313,6 +315,7 @@ type ClusterStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=machine
+	// +kubebuilder:validation:MaxItems=1024
 	Turns []Turn `json:"turns,omitempty"`
 	// Conditions: Available, Progressing, Degraded (see conditions.go for reasons).
 	// +optional
@@ -326,7 +329,7 @@ type VersionCount struct {
 	// +required
 	Version string `json:"version"`
 	// +optional
-	Digest Digest `json:"digest,omitempty"`
+	Digest string `json:"digest,omitempty"`
 	// +required
 	Machines int32 `json:"machines"`
 }

@@ -24,10 +24,14 @@ const (
 )
 
 // Sysctls maps kernel parameter names (dotted, as in sysctl(8)) to the values to write.
-// +kubebuilder:validation:MaxProperties=256
+// +kubebuilder:validation:MaxProperties=128
 // +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 253 && k.matches('^[a-z0-9]([-_a-z0-9]*[a-z0-9])?([./][a-z0-9]([-_a-z0-9]*[a-z0-9])?)+$'))",message="sysctl names must be dotted kernel parameter names such as net.ipv4.ip_forward: lowercase letters, digits, '-' and '_' between '.' or '/' separators, no spaces"
-// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() > 0 && self[k].size() <= 4096 && !self[k].contains('\\n'))",message="sysctl values must be non-empty single lines of at most 4096 characters"
-type Sysctls map[string]string
+type Sysctls map[string]SysctlValue
+
+// SysctlValue is the value written to a sysctl: one non-empty line.
+// +kubebuilder:validation:MaxLength=1024
+// +kubebuilder:validation:XValidation:rule="self.size() > 0 && !self.contains('\\n')",message="sysctl values must be non-empty single lines of at most 1024 characters"
+type SysctlValue string
 
 // KernelArg is one kernel command-line argument, e.g. console=ttyS0,115200 or quiet.
 // +kubebuilder:validation:MinLength=1

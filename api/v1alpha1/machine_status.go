@@ -149,7 +149,7 @@ const (
 // RunningRelease is the release a machine booted.
 type RunningRelease struct {
 	Version string `json:"version,omitempty"`
-	Digest  Digest `json:"digest,omitempty"`
+	Digest  string `json:"digest,omitempty"`
 	// Slot the machine booted.
 	Slot Slot `json:"slot,omitempty"`
 	// LastGoodSlot is the slot the machine falls back to: the last one that passed its trial.
@@ -268,7 +268,7 @@ type UpgradeStatus struct {
 	// +optional
 	TargetVersion string `json:"targetVersion,omitempty"`
 	// +optional
-	TargetDigest Digest `json:"targetDigest,omitempty"`
+	TargetDigest string `json:"targetDigest,omitempty"`
 	// TargetSlot is the slot being written or tried.
 	// +optional
 	TargetSlot Slot `json:"targetSlot,omitempty"`
@@ -290,7 +290,7 @@ type UpgradeStatus struct {
 
 // FailedRelease is a release whose trial failed on this machine.
 type FailedRelease struct {
-	Digest  Digest `json:"digest"`
+	Digest  string `json:"digest"`
 	Version string `json:"version,omitempty"`
 	// Reason the trial failed: a condition reason such as KernelPanic or HealthDeadline.
 	Reason string `json:"reason,omitempty"`

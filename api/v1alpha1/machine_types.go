@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -66,7 +65,7 @@ type MachineSpec struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=device
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=16
 	Disks []Disk `json:"disks,omitempty"`
 
 	// Network configures the machine's interfaces, routes and resolvers. A change needs a
@@ -92,8 +91,7 @@ type MachineSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="node label keys must be a name of at most 63 letters, digits, '-', '_' or '.' (starting and ending with a letter or digit), with an optional DNS-subdomain prefix and '/', such as example.com/rack"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63 && self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$'))",message="node label values must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
-	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	NodeLabels map[string]LabelValue `json:"nodeLabels,omitempty"`
 
 	// NodeTaints are taints liken keeps on this machine's Node. Taints others set are left
 	// alone. Applied live.
@@ -186,10 +184,12 @@ type Partition struct {
 	// +kubebuilder:validation:MaxLength=36
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][-a-z0-9]*$')",message="partition labels are lowercase letters, digits and '-', at most 36 characters"
 	Label string `json:"label"`
-	// Size of the partition; omitted on the last partition, it takes the rest of the disk.
+	// Size of the partition, as a quantity such as 20Gi; omitted on the last partition, it
+	// takes the rest of the disk.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('1Mi'))",message="partition size must be more than 1Mi"
-	Size *resource.Quantity `json:"size,omitempty"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self) && quantity(self).isGreaterThan(quantity('1Mi'))",message="partition size must be a quantity of more than 1Mi, such as 512Mi or 20Gi"
+	Size string `json:"size,omitempty"`
 	// Filesystem to create.
 	// +optional
 	// +kubebuilder:default=ext4
@@ -334,9 +334,18 @@ type KernelModule struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 64 && k.matches('^[A-Za-z0-9_]+$'))",message="module parameter names are letters, digits and '_'"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 1024 && !self[k].contains(' '))",message="module parameter values must have no spaces and at most 1024 characters"
-	Parameters map[string]string `json:"parameters,omitempty"`
+	Parameters map[string]ModuleParameterValue `json:"parameters,omitempty"`
 }
+
+// LabelValue is a Kubernetes label value.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",message="node label values must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+type LabelValue string
+
+// ModuleParameterValue is the value of one kernel module parameter.
+// +kubebuilder:validation:MaxLength=1024
+// +kubebuilder:validation:XValidation:rule="!self.contains(' ')",message="module parameter values must have no spaces"
+type ModuleParameterValue string
 
 // TaintEffect is a Kubernetes taint effect.
 // +kubebuilder:validation:Enum=NoSchedule;PreferNoSchedule;NoExecute
