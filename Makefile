@@ -4,7 +4,10 @@ GO ?= go
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 export LIKEN_TEST_REPORT := $(CURDIR)/.test-report
 
-.PHONY: help deps build generate tools test test-unit test-api check-generated examples
+.PHONY: help deps build generate tools test clean-report examples
+
+clean-report:
+	@rm -f $(LIKEN_TEST_REPORT)
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -26,8 +29,7 @@ tools: ## Build the upstream test binaries (kube-apiserver, etcd, ...) into test
 examples: build ## Validate the example manifests with the API's own rules.
 	bin/liken validate docs/examples
 
-test: deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
-	@rm -f $(LIKEN_TEST_REPORT)
+test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
 	@start=$$(date +%s); \
 	$(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./... ; rc=$$?; \
 	echo; echo "== figures =="; cat $(LIKEN_TEST_REPORT) 2>/dev/null; \

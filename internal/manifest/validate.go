@@ -130,6 +130,12 @@ func (v *Validator) Update(obj, old *unstructured.Unstructured) field.ErrorList 
 	if obj.GroupVersionKind() != old.GroupVersionKind() || obj.GetName() != old.GetName() {
 		return append(errs, field.Invalid(field.NewPath("metadata", "name"), obj.GetName(), "an update must keep the kind and name"))
 	}
+	// Manifests on disk carry no resourceVersion; an update needs one.
+	for _, u := range []*unstructured.Unstructured{obj, old} {
+		if u.GetResourceVersion() == "" {
+			u.SetResourceVersion("1")
+		}
+	}
 	ctx := genericapirequest.NewContext()
 	k.strategy.PrepareForUpdate(ctx, obj, old)
 	return append(errs, k.strategy.ValidateUpdate(ctx, obj, old)...)

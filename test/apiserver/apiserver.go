@@ -149,7 +149,9 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	return e, nil
 }
 
-func (e *Env) path(parts ...string) string { return filepath.Join(append([]string{e.Dir}, parts...)...) }
+func (e *Env) path(parts ...string) string {
+	return filepath.Join(append([]string{e.Dir}, parts...)...)
+}
 
 func (e *Env) writePKI() error {
 	var err error

@@ -1,0 +1,158 @@
+package manifest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const cluster = `apiVersion: liken.dev/v1alpha1
+kind: Cluster
+metadata: {name: liken}
+spec:
+  channel: file:///srv/channel
+  releases: {"2026.07.20-001": "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
+  version: "2026.07.20-001"
+`
+
+func machine(name, mac, version string) string {
+	s := "apiVersion: liken.dev/v1alpha1\nkind: Machine\nmetadata: {name: " + name + "}\nspec:\n  role: agent\n  match: {macs: [\"" + mac + "\"]}\n"
+	if version != "" {
+		s += "  version: \"" + version + "\"\n"
+	}
+	return s
+}
+
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		docs    int
+		wantErr string
+	}{
+		{"one document", cluster, 1, ""},
+		{"several documents and comments", "# fleet\n---\n" + cluster + "---\n# nothing\n---\n" + machine("a", "52:54:00:00:00:01", ""), 2, ""},
+		{"integers stay integers", cluster + "  disruptionBudget: {maxUnavailable: 2}\n", 1, ""},
+		{"duplicate key", cluster + "  version: \"2026.07.20-001\"\n", 0, "already set in map"},
+		{"not YAML", "kind: [", 0, "parsing"},
+		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", 0, "Object 'Kind' is missing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := write(t, t.TempDir(), "m.yaml", tt.body)
+			docs, err := Load(p)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Load error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(docs) != tt.docs {
+				t.Fatalf("Load returned %d documents, want %d", len(docs), tt.docs)
+			}
+		})
+	}
+	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no .yaml") {
+		t.Errorf("Load of an empty directory: %v", err)
+	}
+}
+
+func TestLoadKeepsIntegers(t *testing.T) {
+	p := write(t, t.TempDir(), "c.yaml", cluster+"  disruptionBudget: {maxUnavailable: 2}\n")
+	docs, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := docs[0].Object.Object["spec"].(map[string]any)["disruptionBudget"].(map[string]any)["maxUnavailable"].(int64)
+	if v != 2 {
+		t.Errorf("maxUnavailable decoded as %#v, want int64 2", docs[0].Object.Object["spec"].(map[string]any)["disruptionBudget"])
+	}
+}
+
+// TestCheckSet covers the rules that span objects, which no single API request can check.
+func TestCheckSet(t *testing.T) {
+	v, err := NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		files []string
+		want  string // "" = valid
+	}{
+		{"valid", []string{cluster, machine("a", "52:54:00:00:00:01", ""), machine("b", "52:54:00:00:00:02", "2026.07.20-001")}, ""},
+		{"no cluster", []string{machine("a", "52:54:00:00:00:01", "")}, "no Cluster"},
+		{"two clusters", []string{cluster, cluster}, "a second Cluster"},
+		{"same machine twice", []string{cluster, machine("a", "52:54:00:00:00:01", ""), machine("a", "52:54:00:00:00:02", "")}, `Machine "a" is also defined`},
+		{"same MAC on two machines", []string{cluster, machine("a", "52:54:00:00:00:01", ""), machine("b", "52:54:00:00:00:01", "")}, "both match MAC 52:54:00:00:00:01"},
+		{"MAC case differs", []string{cluster, machine("a", "52:54:00:00:00:AA", ""), machine("b", "52:54:00:00:00:aa", "")}, "both match MAC"},
+		{"unpinned machine version", []string{cluster, machine("a", "52:54:00:00:00:01", "2026.08.01-001")}, "2026.08.01-001 is not pinned"},
+		{"invalid object", []string{cluster, strings.Replace(machine("a", "52:54:00:00:00:01", ""), "agent", "worker", 1)}, `Unsupported value: "worker"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i, f := range tt.files {
+				write(t, dir, string(rune('a'+i))+".yaml", f)
+			}
+			docs, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := CheckSet(v, docs)
+			var all []string
+			all = append(all, res.SetErrors...)
+			for _, o := range res.Objects {
+				if len(o.Errors) > 0 {
+					all = append(all, Describe(o.Doc.Object, o.Errors))
+				}
+			}
+			got := strings.Join(all, "\n")
+			if tt.want == "" {
+				if !res.OK() {
+					t.Fatalf("valid set refused:\n%s", got)
+				}
+				if res.Cluster == nil || len(res.Machines) != len(tt.files)-1 {
+					t.Errorf("typed objects missing: cluster %v, %d machines", res.Cluster != nil, len(res.Machines))
+				}
+				return
+			}
+			if res.OK() || !strings.Contains(got, tt.want) {
+				t.Errorf("got:\n%s\nwant an error containing %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUpdateEnforcesTransitions(t *testing.T) {
+	v, _ := NewValidator()
+	dir := t.TempDir()
+	docs, err := Load(write(t, dir, "m.yaml", machine("a", "52:54:00:00:00:01", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := docs[0].Object
+	changed := old.DeepCopy()
+	changed.Object["spec"].(map[string]any)["role"] = "server"
+	errs := v.Update(changed, old.DeepCopy())
+	if errs.ToAggregate() == nil || !strings.Contains(errs.ToAggregate().Error(), "spec.role is immutable") {
+		t.Errorf("role change: %v", errs.ToAggregate())
+	}
+	same := old.DeepCopy()
+	if errs := v.Update(same, old.DeepCopy()); len(errs) > 0 {
+		t.Errorf("an unchanged object is refused: %v", errs.ToAggregate())
+	}
+}
