@@ -1,0 +1,165 @@
+// Package authority defines what a machine's own credentials may do in the API, and makes
+// those credentials. A machine authenticates as user liken:machine:<name> in group
+// liken:machines with a client certificate signed by the cluster's client CA. It is not the
+// kubelet's system:node:<name> identity: NodeRestriction forbids a node to change its own
+// taints and many labels, which liken must manage.
+//
+// Every machine gets a ClusterRole and ClusterRoleBinding of its own whose rules name its
+// own Machine and Node, so it can read the Cluster, its own Machine and the registry
+// Secrets, and write only its own Machine's status and its own Node: never another
+// machine's, never any spec (where approvals live).
+package authority
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+const (
+	// Group every machine's identity belongs to.
+	Group = "liken:machines"
+	// userPrefix + machine name is a machine's user name.
+	userPrefix = "liken:machine:"
+	// EventNamespace is where machines record Events about their cluster-scoped Machine
+	// (the namespace the API server itself uses for cluster-scoped objects' events).
+	EventNamespace = "default"
+)
+
+// User returns a machine's user name.
+func User(machine string) string { return userPrefix + machine }
+
+// ObjectName is the name of a machine's ClusterRole and ClusterRoleBinding.
+func ObjectName(machine string) string { return "liken:machine:" + machine }
+
+// MachineRBAC returns the ClusterRole and ClusterRoleBinding for one machine.
+func MachineRBAC(machine string) (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
+	g := v1alpha1.GroupVersion.Group
+	labels := map[string]string{"app.kubernetes.io/managed-by": "liken", "liken.dev/machine": machine}
+	role := &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(machine), Labels: labels},
+		Rules: []rbacv1.PolicyRule{
+			// Reads, by name only: list and watch are allowed with a metadata.name field
+			// selector naming the object.
+			{APIGroups: []string{g}, Resources: []string{"machines"}, ResourceNames: []string{machine}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{g}, Resources: []string{"clusters"}, ResourceNames: []string{v1alpha1.ClusterName}, Verbs: []string{"get", "list", "watch"}},
+			// Its own status, nothing else of its own Machine.
+			{APIGroups: []string{g}, Resources: []string{"machines/status"}, ResourceNames: []string{machine}, Verbs: []string{"get", "update", "patch"}},
+			// Its own Node: labels, taints, cordon.
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: []string{machine}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(machine), Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: "rbac.authorization.k8s.io", Name: User(machine)}},
+	}
+	return role, binding
+}
+
+// SharedRBAC returns what every machine may do: read Secrets in liken-system (registry
+// credentials and CAs the Cluster names) and record Events.
+func SharedRBAC() ([]*rbacv1.Role, []*rbacv1.RoleBinding) {
+	labels := map[string]string{"app.kubernetes.io/managed-by": "liken"}
+	roles := []*rbacv1.Role{{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: "liken:machines:secrets", Namespace: v1alpha1.SecretNamespace, Labels: labels},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}},
+	}, {
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: "liken:machines:events", Namespace: EventNamespace, Labels: labels},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		},
+	}}
+	var bindings []*rbacv1.RoleBinding
+	for _, r := range roles {
+		bindings = append(bindings, &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: r.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: "rbac.authorization.k8s.io", Name: Group}},
+		})
+	}
+	return roles, bindings
+}
+
+// Install creates or updates the shared RBAC and that of each named machine, and the
+// liken-system namespace.
+func Install(ctx context.Context, kube kubernetes.Interface, machines ...string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SecretNamespace}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+	}
+	roles, bindings := SharedRBAC()
+	for _, r := range roles {
+		if err := upsert(ctx, r.Name, func() error {
+			_, err := kube.RbacV1().Roles(r.Namespace).Create(ctx, r, metav1.CreateOptions{})
+			return err
+		}, func() error {
+			_, err := kube.RbacV1().Roles(r.Namespace).Update(ctx, r, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	for _, b := range bindings {
+		if err := upsert(ctx, b.Name, func() error {
+			_, err := kube.RbacV1().RoleBindings(b.Namespace).Create(ctx, b, metav1.CreateOptions{})
+			return err
+		}, func() error {
+			_, err := kube.RbacV1().RoleBindings(b.Namespace).Update(ctx, b, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	for _, m := range machines {
+		role, binding := MachineRBAC(m)
+		if err := upsert(ctx, role.Name, func() error {
+			_, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+			return err
+		}, func() error {
+			_, err := kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := upsert(ctx, binding.Name, func() error {
+			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+			return err
+		}, func() error {
+			_, err := kube.RbacV1().ClusterRoleBindings().Update(ctx, binding, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsert creates an object, or updates it when it exists. RBAC objects need no
+// resourceVersion on update.
+func upsert(ctx context.Context, name string, create, update func() error) error {
+	err := create()
+	if apierrors.IsAlreadyExists(err) {
+		err = update()
+	}
+	if err != nil {
+		return fmt.Errorf("installing RBAC %s: %w", name, err)
+	}
+	return nil
+}
+
+// Describe names a machine's identity for messages.
+func Describe(machine string) string { return fmt.Sprintf("user %s in group %s", User(machine), Group) }

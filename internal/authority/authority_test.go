@@ -1,0 +1,248 @@
+package authority
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/test/apiserver"
+)
+
+var env *apiserver.Env
+
+func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "authority", apiserver.Options{}, &env)) }
+
+func ptr[T any](v T) *T { return &v }
+
+func cluster() *v1alpha1.Cluster {
+	return &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName},
+		Spec: v1alpha1.ClusterSpec{
+			Channel:  "file:///srv/channel",
+			Releases: map[string]v1alpha1.Digest{"2026.07.20-001": "sha256:0000000000000000000000000000000000000000000000000000000000000000"},
+			Version:  "2026.07.20-001",
+		},
+	}
+}
+
+func machine(name string) *v1alpha1.Machine {
+	return &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+}
+
+// TestMachineCredentials proves, against a real API server configured as k3s configures its
+// own, what a machine's own certificate can and cannot do.
+func TestMachineCredentials(t *testing.T) {
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	adminLiken, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctx, admin, "m1", "m2"); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: install is idempotent.
+	if err := Install(ctx, admin, "m1", "m2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminLiken.CreateCluster(ctx, cluster()); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"m1", "m2"} {
+		if _, err := adminLiken.CreateMachine(ctx, machine(n)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry", Namespace: v1alpha1.SecretNamespace}, StringData: map[string]string{"username": "u"}}
+	if _, err := admin.CoreV1().Secrets(v1alpha1.SecretNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := env.UserConfig(User("m1"), Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1kube := kubernetes.NewForConfigOrDie(cfg)
+	m1, err := kube.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1rest := restFor(t, cfg)
+
+	allowed := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"read own Machine", func(ctx context.Context) error { _, err := m1.Machine(ctx, "m1"); return err }},
+		{"read the Cluster", func(ctx context.Context) error { _, err := m1.Cluster(ctx); return err }},
+		{"list and watch own Machine by name", func(ctx context.Context) error {
+			_, err := m1.MachineListWatch("m1").List(metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			w, err := m1.MachineListWatch("m1").Watch(metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"list and watch the Cluster by name", func(ctx context.Context) error {
+			_, err := m1.ClusterListWatch().List(metav1.ListOptions{})
+			return err
+		}},
+		{"write own Machine status", func(ctx context.Context) error {
+			m, err := m1.Machine(ctx, "m1")
+			if err != nil {
+				return err
+			}
+			m.Status.PendingCount = 0
+			m.Status.ObservedGeneration = m.Generation
+			_, err = m1.UpdateMachineStatus(ctx, m)
+			return err
+		}},
+		{"label own Node", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Nodes().Patch(ctx, "m1", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"taint and cordon own Node", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Nodes().Patch(ctx, "m1", types.MergePatchType, []byte(`{"spec":{"unschedulable":true,"taints":[{"key":"k","effect":"NoSchedule"}]}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"watch own Node by name", func(ctx context.Context) error {
+			_, err := kube.NodeListWatch(m1kube.CoreV1().RESTClient(), "m1").List(metav1.ListOptions{})
+			return err
+		}},
+		{"read a registry Secret", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Secrets(v1alpha1.SecretNamespace).Get(ctx, "registry", metav1.GetOptions{})
+			return err
+		}},
+		{"record an Event", func(ctx context.Context) error {
+			ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "m1.", Namespace: EventNamespace},
+				InvolvedObject: corev1.ObjectReference{Kind: "Machine", Name: "m1", APIVersion: "liken.dev/v1alpha1"},
+				Reason: "Test", Message: "test", Type: corev1.EventTypeNormal, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1}
+			_, err := m1kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{})
+			return err
+		}},
+	}
+	for _, a := range allowed {
+		if err := a.do(ctx); err != nil {
+			t.Errorf("machine m1 cannot %s: %v", a.name, err)
+		}
+	}
+
+	denied := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"read another Machine", func(ctx context.Context) error { _, err := m1.Machine(ctx, "m2"); return err }},
+		{"list all Machines", func(ctx context.Context) error {
+			return m1rest.Get().Resource("machines").Do(ctx).Error()
+		}},
+		{"write another Machine's status", func(ctx context.Context) error {
+			m, err := adminLiken.Machine(ctx, "m2")
+			if err != nil {
+				return err
+			}
+			_, err = m1.UpdateMachineStatus(ctx, m)
+			return err
+		}},
+		{"write its own spec", func(ctx context.Context) error {
+			m, err := adminLiken.Machine(ctx, "m1")
+			if err != nil {
+				return err
+			}
+			m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"self": "granted"}
+			_, err = m1.UpdateMachine(ctx, m)
+			return err
+		}},
+		{"approve its own reboot", func(ctx context.Context) error {
+			return m1rest.Patch(types.MergePatchType).Resource("machines").Name("m1").
+				Body([]byte(`{"spec":{"reboot":{"approval":{"pendingHash":"sha256:` + zeros + `"}}}}`)).Do(ctx).Error()
+		}},
+		{"approve through the status subresource", func(ctx context.Context) error {
+			// The status subresource ignores spec: the approval must not be stored.
+			err := m1rest.Patch(types.MergePatchType).Resource("machines").Name("m1").SubResource("status").
+				Body([]byte(`{"spec":{"reboot":{"approval":{"pendingHash":"sha256:` + zeros + `"}}}}`)).Do(ctx).Error()
+			if err != nil {
+				return err
+			}
+			m, _ := adminLiken.Machine(ctx, "m1")
+			if m.Spec.Reboot != nil {
+				return nil // stored: reported as allowed below
+			}
+			return apierrors.NewForbidden(v1alpha1.GroupVersion.WithResource("machines").GroupResource(), "m1", nil)
+		}},
+		{"change the Cluster", func(ctx context.Context) error {
+			c, err := adminLiken.Cluster(ctx)
+			if err != nil {
+				return err
+			}
+			c.Spec.RebootPolicy = v1alpha1.RebootAuto
+			_, err = m1.UpdateCluster(ctx, c)
+			return err
+		}},
+		{"delete its own Machine", func(ctx context.Context) error {
+			return m1rest.Delete().Resource("machines").Name("m1").Do(ctx).Error()
+		}},
+		{"create a Machine", func(ctx context.Context) error { _, err := m1.CreateMachine(ctx, machine("m3")); return err }},
+		{"label another Node", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Nodes().Patch(ctx, "m2", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"delete its own Node", func(ctx context.Context) error {
+			return m1kube.CoreV1().Nodes().Delete(ctx, "m1", metav1.DeleteOptions{})
+		}},
+		{"read Secrets elsewhere", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"change its own RBAC", func(ctx context.Context) error {
+			r, err := admin.RbacV1().ClusterRoles().Get(ctx, ObjectName("m1"), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			r.Rules[0].ResourceNames = append(r.Rules[0].ResourceNames, "m2")
+			_, err = m1kube.RbacV1().ClusterRoles().Update(ctx, r, metav1.UpdateOptions{})
+			return err
+		}},
+	}
+	for _, d := range denied {
+		err := d.do(ctx)
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("machine m1 could %s: err = %v, want Forbidden", d.name, err)
+		}
+	}
+}
+
+const zeros = "0000000000000000000000000000000000000000000000000000000000000000"
+
+func restFor(t *testing.T, cfg *rest.Config) rest.Interface {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &v1alpha1.GroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = kubeCodecs()
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+func kubeCodecs() runtime.NegotiatedSerializer {
+	return serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(kube.Scheme)}
+}

@@ -1,0 +1,139 @@
+// Package kube is how liken talks to the Kubernetes API: a typed REST client for the
+// liken.dev resources (Cluster and Machine), list-watches scoped to one object by name (all a
+// machine's credentials allow), and the scheme both use.
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+// Scheme knows the built-in kinds and liken's.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	if err := clientgoscheme.AddToScheme(Scheme); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(Scheme); err != nil {
+		panic(err)
+	}
+}
+
+// Client reads and writes Clusters and Machines.
+type Client struct {
+	rest rest.Interface
+}
+
+// NewClient makes a Client from a client config.
+func NewClient(cfg *rest.Config) (*Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &v1alpha1.GroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(Scheme)}
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("making the liken.dev client: %w", err)
+	}
+	return &Client{rest: rc}, nil
+}
+
+// Machine gets a Machine.
+func (c *Client) Machine(ctx context.Context, name string) (*v1alpha1.Machine, error) {
+	m := &v1alpha1.Machine{}
+	err := c.rest.Get().Resource("machines").Name(name).Do(ctx).Into(m)
+	return m, err
+}
+
+// Cluster gets the Cluster.
+func (c *Client) Cluster(ctx context.Context) (*v1alpha1.Cluster, error) {
+	cl := &v1alpha1.Cluster{}
+	err := c.rest.Get().Resource("clusters").Name(v1alpha1.ClusterName).Do(ctx).Into(cl)
+	return cl, err
+}
+
+// UpdateMachineStatus writes m's status through the status subresource (optimistic
+// concurrency on m's resourceVersion) and returns the stored object.
+func (c *Client) UpdateMachineStatus(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.rest.Put().Resource("machines").Name(m.Name).SubResource("status").Body(m).Do(ctx).Into(out)
+	return out, err
+}
+
+// UpdateMachine writes m (spec and metadata).
+func (c *Client) UpdateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.rest.Put().Resource("machines").Name(m.Name).Body(m).Do(ctx).Into(out)
+	return out, err
+}
+
+// UpdateCluster writes the Cluster (spec and metadata).
+func (c *Client) UpdateCluster(ctx context.Context, cl *v1alpha1.Cluster) (*v1alpha1.Cluster, error) {
+	out := &v1alpha1.Cluster{}
+	err := c.rest.Put().Resource("clusters").Name(cl.Name).Body(cl).Do(ctx).Into(out)
+	return out, err
+}
+
+// CreateMachine stores a new Machine.
+func (c *Client) CreateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.rest.Post().Resource("machines").Body(m).Do(ctx).Into(out)
+	return out, err
+}
+
+// CreateCluster stores the Cluster.
+func (c *Client) CreateCluster(ctx context.Context, cl *v1alpha1.Cluster) (*v1alpha1.Cluster, error) {
+	out := &v1alpha1.Cluster{}
+	err := c.rest.Post().Resource("clusters").Body(cl).Do(ctx).Into(out)
+	return out, err
+}
+
+// MachineListWatch lists and watches the one Machine called name.
+func (c *Client) MachineListWatch(name string) cache.ListerWatcher {
+	return byName(c.rest, "machines", name, func() runtime.Object { return &v1alpha1.MachineList{} })
+}
+
+// ClusterListWatch lists and watches the Cluster.
+func (c *Client) ClusterListWatch() cache.ListerWatcher {
+	return byName(c.rest, "clusters", v1alpha1.ClusterName, func() runtime.Object { return &v1alpha1.ClusterList{} })
+}
+
+// byName is a list-watch with a metadata.name field selector: RBAC rules that name the
+// object allow list and watch only in this form.
+func byName(rc rest.Interface, resource, name string, newList func() runtime.Object) cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = sel
+			out := newList()
+			err := rc.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = sel
+			opts.Watch = true
+			return rc.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+		},
+	}
+}
+
+// NodeListWatch lists and watches the one Node called name.
+func NodeListWatch(rc rest.Interface, name string) cache.ListerWatcher {
+	return cache.NewFilteredListWatchFromClient(rc, "nodes", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	})
+}
