@@ -133,7 +133,7 @@ func TestMachineCredentials(t *testing.T) {
 		{"record an Event", func(ctx context.Context) error {
 			ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "m1.", Namespace: EventNamespace},
 				InvolvedObject: corev1.ObjectReference{Kind: "Machine", Name: "m1", APIVersion: "liken.dev/v1alpha1"},
-				Reason: "Test", Message: "test", Type: corev1.EventTypeNormal, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1}
+				Reason:         "Test", Message: "test", Type: corev1.EventTypeNormal, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1}
 			_, err := m1kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{})
 			return err
 		}},

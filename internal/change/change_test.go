@@ -100,3 +100,31 @@ func TestPendingHashVector(t *testing.T) {
 		t.Errorf("empty set has a hash")
 	}
 }
+
+func TestKeepStaged(t *testing.T) {
+	applied := base()
+	desired := base()
+	desired.Machine.NodeLabels = map[string]v1alpha1.LabelValue{"b": "2"}
+	desired.Machine.KernelArgs = []v1alpha1.KernelArg{"quiet"}
+	desired.Cluster.Version = "2026.08.01-001"
+	desired.Cluster.Features.Traefik = ptr(false)
+	got, err := Keep(applied, desired, func(fc v1alpha1.FieldClass) bool { return Staged(fc.Class) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Machine.NodeLabels["b"] != "2" || *got.Cluster.Features.Traefik {
+		t.Errorf("live and restart fields not taken from desired: %+v", got)
+	}
+	if got.Machine.KernelArgs != nil || got.Cluster.Version != "2026.07.20-001" {
+		t.Errorf("staged fields not kept from applied: kernelArgs %v, version %s", got.Machine.KernelArgs, got.Cluster.Version)
+	}
+	changes, _ := Diff(got, desired)
+	for _, c := range changes {
+		if !Staged(c.Class) {
+			t.Errorf("after Keep, a non-staged change remains: %+v", c)
+		}
+	}
+	if len(changes) != 2 {
+		t.Errorf("after Keep, %d changes remain, want the 2 staged ones: %+v", len(changes), changes)
+	}
+}

@@ -1,0 +1,88 @@
+// Package state is what a machine's agent remembers across restarts and reboots, in one
+// JSON file on the state partition, replaced atomically. It is the "applied" side of every
+// diff: the agent re-applies nothing it finds recorded here, so a restarted agent neither
+// writes the kernel again nor restarts k3s needlessly.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/atomicfile"
+	"liken.dev/liken/internal/change"
+)
+
+// Version is the schema version of the state file.
+const Version = 1
+
+// State is the agent's memory.
+type State struct {
+	Version int `json:"version"`
+	// Applied is the spec in effect on this machine: Live and RestartK3s fields as last
+	// applied, NextBoot and Reboot fields as this boot runs them. Nil before the first
+	// reconcile.
+	Applied *change.Spec `json:"applied,omitempty"`
+	// Staged is the desired spec the next boot applies (NextBoot and Reboot fields). Init
+	// reads it at boot.
+	Staged *change.Spec `json:"staged,omitempty"`
+	// MachineGeneration and ClusterGeneration were fully applied or staged.
+	MachineGeneration int64 `json:"machineGeneration,omitempty"`
+	ClusterGeneration int64 `json:"clusterGeneration,omitempty"`
+	// Pending is the staged change set, with when each entry was first seen.
+	Pending []v1alpha1.PendingChange `json:"pending,omitempty"`
+	// SysctlOriginals maps each sysctl liken changed to its value before that.
+	SysctlOriginals map[string]string `json:"sysctlOriginals,omitempty"`
+	// NodeLabels and NodeTaints are the labels and taints liken put on its Node, so it
+	// removes only its own.
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	NodeTaints []v1alpha1.Taint  `json:"nodeTaints,omitempty"`
+	// K3sRestartPending is set before rendered k3s files are replaced and cleared once
+	// the supervisor restarted k3s, so a crash in between still ends in a restart.
+	K3sRestartPending bool `json:"k3sRestartPending,omitempty"`
+}
+
+// Store reads and writes the state file in a directory.
+type Store struct {
+	Dir string
+}
+
+func (s Store) path() string { return filepath.Join(s.Dir, "agent-state.json") }
+
+// Load returns the stored state, or an empty one when there is none yet.
+func (s Store) Load() (*State, error) {
+	b, err := os.ReadFile(s.path())
+	if errors.Is(err, os.ErrNotExist) {
+		return &State{Version: Version, SysctlOriginals: map[string]string{}, NodeLabels: map[string]string{}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading agent state: %w", err)
+	}
+	st := &State{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("reading agent state %s: %w", s.path(), err)
+	}
+	if st.Version != Version {
+		return nil, fmt.Errorf("reading agent state %s: schema version %d, this agent knows %d", s.path(), st.Version, Version)
+	}
+	if st.SysctlOriginals == nil {
+		st.SysctlOriginals = map[string]string{}
+	}
+	if st.NodeLabels == nil {
+		st.NodeLabels = map[string]string{}
+	}
+	return st, nil
+}
+
+// Save replaces the state file.
+func (s Store) Save(st *State) error {
+	st.Version = Version
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding agent state: %w", err)
+	}
+	return atomicfile.Write(s.path(), b, 0o600)
+}
