@@ -1,0 +1,218 @@
+// Package agent is the machine agent: it watches its own Machine, the Cluster and its own
+// Node, and makes the machine match them with the least disruption each change needs. Every
+// difference is classified through the class table (internal/change): Live changes are
+// applied at once (sysctls, node labels and taints, policy), RestartK3s changes re-render
+// k3s's files and restart k3s in place only when the bytes on this machine change, NextBoot
+// and Reboot changes are staged in status.pending. Nothing here reboots.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/sysctl"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/state"
+)
+
+// Restarter restarts k3s in place. On a machine it is init's supervisor, reached over its
+// local socket; it signals the k3s process only, so containers keep running.
+type Restarter interface {
+	RestartK3s(ctx context.Context) error
+}
+
+// Config is what an agent needs.
+type Config struct {
+	// Machine is this machine's name (its Machine and Node).
+	Machine string
+	// REST is the machine's own client config (user liken:machine:<name>).
+	REST *rest.Config
+	// State is where the agent remembers what it applied.
+	State state.Store
+	// Sysctl is /proc/sys (or a test's stand-in tree).
+	Sysctl sysctl.Host
+	// K3sRoot prefixes k3s's file paths ("/" on a machine); K3sPaths are those paths.
+	K3sRoot  k3s.Root
+	K3sPaths k3s.Paths
+	// Join is the server URL agents and joining servers render; empty for the first server.
+	Join string
+	// Restarter restarts k3s.
+	Restarter Restarter
+	// RestartDelay is how long rendered k3s files must stay unchanged before k3s is
+	// restarted, so a burst of edits ends in one restart.
+	RestartDelay time.Duration
+	// Hardware is reported in status (read once at start by the caller).
+	Hardware *v1alpha1.Hardware
+	// Release describes the booted release (from init), when known.
+	Release *v1alpha1.RunningRelease
+	// Log is the structured logger; nil means slog.Default().
+	Log *slog.Logger
+	// Metrics records what the agent does; nil means a private registry.
+	Metrics *Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Agent is a running machine agent.
+type Agent struct {
+	cfg      Config
+	liken    *kube.Client
+	kube     kubernetes.Interface
+	recorder record.EventRecorder
+	queue    workqueue.TypedRateLimitingInterface[string]
+	log      *slog.Logger
+
+	machines, clusters, nodes cache.Store
+
+	synced atomic.Bool
+
+	mu         sync.Mutex
+	st         *state.State
+	lastRender time.Time
+	// lastFailureKey names the failures last reported, so each new set gets one Event.
+	lastFailureKey string
+}
+
+const (
+	keyReconcile = "reconcile"
+	keyRestart   = "restart-k3s"
+)
+
+// New makes an agent. It loads the persisted state; nothing is applied before Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Machine == "" {
+		return nil, fmt.Errorf("agent: no machine name")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	lc, err := kube.NewClient(cfg.REST)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("agent: making the Kubernetes client: %w", err)
+	}
+	st, err := cfg.State.Load()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:   cfg,
+		liken: lc,
+		kube:  kc,
+		log:   cfg.Log.With("machine", cfg.Machine),
+		st:    st,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "agent"}),
+	}
+	return a, nil
+}
+
+// Run watches and reconciles until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.queue.ShutDown()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.kube.CoreV1().Events(authority.EventNamespace)})
+	defer broadcaster.Shutdown()
+	a.recorder = broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: "liken-agent", Host: a.cfg.Machine})
+
+	enqueue := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.queue.Add(keyReconcile) },
+		UpdateFunc: func(any, any) { a.queue.Add(keyReconcile) },
+		DeleteFunc: func(any) { a.queue.Add(keyReconcile) },
+	}
+	var synced []cache.InformerSynced
+	for _, w := range []struct {
+		store *cache.Store
+		lw    cache.ListerWatcher
+		obj   runtime.Object
+	}{
+		{&a.machines, a.liken.MachineListWatch(a.cfg.Machine), &v1alpha1.Machine{}},
+		{&a.clusters, a.liken.ClusterListWatch(), &v1alpha1.Cluster{}},
+		{&a.nodes, kube.NodeListWatch(a.kube.CoreV1().RESTClient(), a.cfg.Machine), &corev1.Node{}},
+	} {
+		store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: w.lw, ObjectType: w.obj, Handler: enqueue,
+		})
+		*w.store = store
+		go ctrl.RunWithContext(ctx)
+		synced = append(synced, ctrl.HasSynced)
+	}
+	if a.st.K3sRestartPending {
+		// A previous run wrote new k3s files but died before k3s was restarted.
+		a.queue.Add(keyRestart)
+	}
+	// Caches may not sync while the API is down; reconcile anyway from the persisted state
+	// once they do, and keep retrying meanwhile.
+	// Reconciling before every cache has synced would report a missing Node or Cluster
+	// that is only not read yet.
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), synced...) {
+			a.synced.Store(true)
+			a.queue.Add(keyReconcile)
+		}
+	}()
+	go wait.UntilWithContext(ctx, a.worker, time.Second)
+	<-ctx.Done()
+	return nil
+}
+
+func (a *Agent) worker(ctx context.Context) {
+	for {
+		key, quit := a.queue.Get()
+		if quit {
+			return
+		}
+		err := a.handle(ctx, key)
+		if err != nil {
+			a.log.Error("reconcile failed; retrying", "key", key, "err", err)
+			a.queue.AddRateLimited(key)
+		} else {
+			a.queue.Forget(key)
+		}
+		a.queue.Done(key)
+	}
+}
+
+func (a *Agent) handle(ctx context.Context, key string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch key {
+	case keyRestart:
+		return a.restartK3s(ctx)
+	default:
+		if !a.synced.Load() {
+			return nil // the sync above enqueues a pass
+		}
+		start := a.cfg.Now()
+		err := a.reconcile(ctx)
+		a.cfg.Metrics.ReconcileSeconds.Observe(a.cfg.Now().Sub(start).Seconds())
+		return err
+	}
+}

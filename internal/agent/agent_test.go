@@ -1,0 +1,356 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/sysctl"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/test/apiserver"
+)
+
+var env *apiserver.Env
+
+func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "agent", apiserver.Options{}, &env)) }
+
+func ptr[T any](v T) *T { return &v }
+
+// countingRestarter stands in for init's supervisor on the host side of this API-tier test:
+// it counts restart requests. (The supervisor itself is tested with real processes.)
+type countingRestarter struct{ n atomic.Int32 }
+
+func (r *countingRestarter) RestartK3s(context.Context) error { r.n.Add(1); return nil }
+
+// sim is one simulated machine: the real agent with a fake /proc/sys tree and k3s files in a
+// temporary directory.
+type sim struct {
+	name    string
+	dir     string
+	sysctl  sysctl.Host
+	restart *countingRestarter
+	cancel  context.CancelFunc
+	done    chan struct{}
+	metrics *Metrics
+}
+
+func newSim(t *testing.T, name string) *sim {
+	t.Helper()
+	dir := t.TempDir()
+	s := &sim{name: name, dir: dir, sysctl: sysctl.Host{Root: filepath.Join(dir, "proc-sys")}, restart: &countingRestarter{}}
+	for k, v := range map[string]string{"net/ipv4/ip_forward": "0", "vm/swappiness": "60", "net/core/somaxconn": "4096"} {
+		p := filepath.Join(s.sysctl.Root, k)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(v+"\n"), 0o644)
+	}
+	return s
+}
+
+func (s *sim) start(t *testing.T) {
+	t.Helper()
+	cfg, err := env.UserConfig(authority.User(s.name), authority.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.metrics = NewMetrics()
+	a, err := New(Config{
+		Machine: s.name, REST: cfg, State: state.Store{Dir: filepath.Join(s.dir, "state")},
+		Sysctl: s.sysctl, K3sRoot: k3s.Root(filepath.Join(s.dir, "root")), K3sPaths: k3s.DefaultPaths,
+		Join: "https://s1:6443", Restarter: s.restart, RestartDelay: 500 * time.Millisecond, Metrics: s.metrics,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	go func() { defer close(s.done); a.Run(ctx) }()
+}
+
+func (s *sim) stop() { s.cancel(); <-s.done }
+
+type fixture struct {
+	t     *testing.T
+	admin kubernetes.Interface
+	liken *kube.Client
+}
+
+func setup(t *testing.T, machines map[string]v1alpha1.Role) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	f := &fixture{t: t, admin: kubernetes.NewForConfigOrDie(env.Admin)}
+	var err error
+	if f.liken, err = kube.NewClient(env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range machines {
+		names = append(names, n)
+	}
+	if err := authority.Install(ctx, f.admin, names...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.liken.Cluster(ctx); err != nil {
+		_, err = f.liken.CreateCluster(ctx, &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName},
+			Spec: v1alpha1.ClusterSpec{Channel: "file:///srv/channel", Version: "2026.07.20-001",
+				Releases: map[string]v1alpha1.Digest{"2026.07.20-001": v1alpha1.Digest("sha256:" + strings.Repeat("0", 64))}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, role := range machines {
+		if _, err := f.liken.CreateMachine(ctx, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: v1alpha1.MachineSpec{Role: role}}); err != nil {
+			t.Fatal(err)
+		}
+		// What k3s does when it joins: register the Node and report it Ready.
+		node, err := f.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		if _, err := f.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func (f *fixture) editMachine(name string, edit func(*v1alpha1.Machine)) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m, err := f.liken.Machine(f.t.Context(), name)
+		if err != nil {
+			return err
+		}
+		edit(m)
+		_, err = f.liken.UpdateMachine(f.t.Context(), m)
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) editCluster(edit func(*v1alpha1.Cluster)) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := f.liken.Cluster(f.t.Context())
+		if err != nil {
+			return err
+		}
+		edit(c)
+		_, err = f.liken.UpdateCluster(f.t.Context(), c)
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitFor polls the Machine until ok holds, failing with the last status.
+func (f *fixture) waitFor(t *testing.T, name, what string, ok func(*v1alpha1.Machine, *corev1.Node) bool) {
+	t.Helper()
+	var last *v1alpha1.Machine
+	var lastNode *corev1.Node
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		m, err := f.liken.Machine(ctx, name)
+		if err != nil {
+			return false, nil
+		}
+		n, err := f.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last, lastNode = m, n
+		return m.Status.ObservedGeneration == m.Generation && ok(m, n), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %s never happened; last status: %+v\nnode labels %v taints %v", name, what, last.Status, lastNode.Labels, lastNode.Spec.Taints)
+	}
+}
+
+func condTrue(m *v1alpha1.Machine, t string) bool {
+	return meta.IsStatusConditionTrue(m.Status.Conditions, t)
+}
+
+func TestAgentAppliesClassifiesAndStages(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"s1": v1alpha1.RoleServer, "a1": v1alpha1.RoleAgent})
+	s1, a1 := newSim(t, "s1"), newSim(t, "a1")
+	s1.start(t)
+	a1.start(t)
+	defer func() { s1.stop(); a1.stop() }()
+	for _, n := range []string{"s1", "a1"} {
+		f.waitFor(t, n, "Ready and ConfigApplied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return condTrue(m, v1alpha1.MachineReady) && condTrue(m, v1alpha1.MachineConfigApplied)
+		})
+	}
+	// First start renders k3s's files; the restart it asks for is the one that starts them.
+	waitCount(t, "initial k3s restarts", func() bool { return s1.restart.n.Load() == 1 && a1.restart.n.Load() == 1 })
+
+	t.Run("labels, taints and sysctls apply live", func(t *testing.T) {
+		f.editMachine("s1", func(m *v1alpha1.Machine) {
+			m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"example.com/rack": "r1"}
+			m.Spec.NodeTaints = []v1alpha1.Taint{{Key: "example.com/dedicated", Value: "db", Effect: "NoSchedule"}}
+			m.Spec.Sysctls = v1alpha1.Sysctls{"net.ipv4.ip_forward": "1", "kernel.no_such_key": "1"}
+		})
+		f.waitFor(t, "s1", "labels, taints, sysctl applied and the unknown key reported", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConfigApplied)
+			return n.Labels["example.com/rack"] == "r1" && hasTaint(n, "example.com/dedicated", "db") &&
+				c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "sysctl kernel.no_such_key") &&
+				condTrue(m, v1alpha1.MachineDegraded)
+		})
+		if v, _ := s1.sysctl.Read("net.ipv4.ip_forward"); v != "1" {
+			t.Errorf("ip_forward = %s, want 1 (the bad key must not stop the others)", v)
+		}
+		// Remove the bad key: the machine recovers; remove ip_forward: the original returns.
+		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = nil })
+		f.waitFor(t, "s1", "sysctls restored and healthy again", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return condTrue(m, v1alpha1.MachineConfigApplied) && !condTrue(m, v1alpha1.MachineDegraded)
+		})
+		if v, _ := s1.sysctl.Read("net.ipv4.ip_forward"); v != "0" {
+			t.Errorf("ip_forward after removal = %s, want the original 0", v)
+		}
+	})
+
+	t.Run("labels others set are left alone", func(t *testing.T) {
+		n, _ := f.admin.CoreV1().Nodes().Get(t.Context(), "s1", metav1.GetOptions{})
+		n.Labels["team"] = "storage"
+		if _, err := f.admin.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.NodeLabels = nil; m.Spec.NodeTaints = nil })
+		f.waitFor(t, "s1", "liken's label and taint removed", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+			_, has := n.Labels["example.com/rack"]
+			return !has && !hasTaint(n, "example.com/dedicated", "db")
+		})
+		n, _ = f.admin.CoreV1().Nodes().Get(t.Context(), "s1", metav1.GetOptions{})
+		if n.Labels["team"] != "storage" || n.Labels["kubernetes.io/hostname"] != "s1" {
+			t.Errorf("labels liken did not set were changed: %v", n.Labels)
+		}
+	})
+
+	t.Run("a packaged component restarts k3s once, on servers only", func(t *testing.T) {
+		before1, beforeA := s1.restart.n.Load(), a1.restart.n.Load()
+		// A burst of three edits inside the restart delay.
+		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.Traefik = ptr(false) })
+		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.MetricsServer = ptr(false) })
+		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.LocalStorage = ptr(false) })
+		waitCount(t, "a server restart", func() bool { return s1.restart.n.Load() > before1 })
+		time.Sleep(1500 * time.Millisecond) // three restart delays: any extra restart would show
+		if got := s1.restart.n.Load() - before1; got != 1 {
+			t.Errorf("server restarted k3s %d times for a burst of three edits, want 1", got)
+		}
+		if got := a1.restart.n.Load() - beforeA; got != 0 {
+			t.Errorf("agent restarted k3s %d times for a server-only change, want 0", got)
+		}
+		cfg, _ := os.ReadFile(filepath.Join(s1.dir, "root", k3s.DefaultPaths.Config))
+		for _, c := range []string{"traefik", "metrics-server", "local-storage"} {
+			if !strings.Contains(string(cfg), "- "+c) {
+				t.Errorf("server config does not disable %s:\n%s", c, cfg)
+			}
+		}
+	})
+
+	t.Run("network changes are staged, not applied, and a revert clears them", func(t *testing.T) {
+		before := s1.restart.n.Load()
+		f.editMachine("s1", func(m *v1alpha1.Machine) {
+			m.Spec.Network = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true}}}
+			m.Spec.KernelArgs = []v1alpha1.KernelArg{"quiet"}
+		})
+		var hash string
+		f.waitFor(t, "s1", "network and kernelArgs pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			hash = m.Status.PendingHash
+			return len(m.Status.Pending) == 2 && m.Status.PendingCount == 2 && condTrue(m, v1alpha1.MachineRebootPending) &&
+				m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && strings.HasPrefix(hash, "sha256:")
+		})
+		m, _ := f.liken.Machine(t.Context(), "s1")
+		got := map[string]v1alpha1.ChangeClass{}
+		for _, p := range m.Status.Pending {
+			got[p.Field] = p.Class
+			if p.Since.IsZero() {
+				t.Errorf("pending %s has no since", p.Field)
+			}
+		}
+		if got["machine.spec.network"] != v1alpha1.Reboot || got["machine.spec.kernelArgs"] != v1alpha1.NextBoot {
+			t.Errorf("pending classes = %v", got)
+		}
+		if s1.restart.n.Load() != before {
+			t.Errorf("a staged change restarted k3s")
+		}
+		// An approval for this exact set turns the wait into a wait for a turn.
+		f.editMachine("s1", func(m *v1alpha1.Machine) {
+			m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test"}}
+		})
+		f.waitFor(t, "s1", "approved reboot waits for a turn", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return m.Status.Reboot.State == v1alpha1.RebootWaitingForTurn && m.Status.PendingHash == hash
+		})
+		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Network = nil; m.Spec.KernelArgs = nil })
+		f.waitFor(t, "s1", "pending cleared", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return len(m.Status.Pending) == 0 && m.Status.PendingHash == "" && !condTrue(m, v1alpha1.MachineRebootPending) &&
+				m.Status.Reboot.State == v1alpha1.RebootNone
+		})
+	})
+
+	t.Run("a restarted agent re-applies nothing", func(t *testing.T) {
+		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "10"} })
+		f.waitFor(t, "s1", "swappiness applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return condTrue(m, v1alpha1.MachineConfigApplied)
+		})
+		waitCount(t, "swappiness written", func() bool { v, _ := s1.sysctl.Read("vm.swappiness"); return v == "10" })
+		p := filepath.Join(s1.sysctl.Root, "vm", "swappiness")
+		st1, _ := os.Stat(p)
+		cfgPath := filepath.Join(s1.dir, "root", k3s.DefaultPaths.Config)
+		cst1, _ := os.Stat(cfgPath)
+		restarts := s1.restart.n.Load()
+		s1.stop()
+		time.Sleep(20 * time.Millisecond)
+		s1.start(t)
+		time.Sleep(2 * time.Second)
+		st2, _ := os.Stat(p)
+		cst2, _ := os.Stat(cfgPath)
+		if !st2.ModTime().Equal(st1.ModTime()) {
+			t.Errorf("the restarted agent wrote the sysctl again")
+		}
+		if !cst2.ModTime().Equal(cst1.ModTime()) {
+			t.Errorf("the restarted agent rewrote k3s's config")
+		}
+		if got := s1.restart.n.Load(); got != restarts {
+			t.Errorf("the restarted agent restarted k3s (%d → %d)", restarts, got)
+		}
+		if w := testutilCounter(s1.metrics); w != 0 {
+			t.Errorf("the restarted agent wrote status %v times with nothing changed", w)
+		}
+	})
+}
+
+func waitCount(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
+		t.Fatalf("%s never happened", what)
+	}
+}
+
+func hasTaint(n *corev1.Node, key, value string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Value == value {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,377 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/change"
+	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/sysctl"
+)
+
+// outcome collects what one reconcile did, for status, Events and the state file.
+type outcome struct {
+	failures  map[string]string // item → why it could not be applied
+	applied   []change.Change   // Live and RestartK3s changes applied now
+	staged    []change.Change   // NextBoot and Reboot changes newly staged
+	restarted bool              // k3s files changed; a restart is scheduled
+	nodeFound bool
+	nodeReady bool
+}
+
+// reconcile is one pass: read, classify, apply live, render k3s, stage the rest, persist,
+// report. Each step is idempotent, so a pass after a crash repeats nothing that was done.
+func (a *Agent) reconcile(ctx context.Context) error {
+	m, c, node, err := a.observe()
+	if err != nil || m == nil || c == nil {
+		// Nothing to do until both documents are known; the watch brings them.
+		return err
+	}
+	desired := change.Spec{Cluster: c.Spec, Machine: m.Spec}
+	applied := desired
+	if a.st.Applied != nil {
+		applied = *a.st.Applied
+	}
+	changes, err := change.Diff(applied, desired)
+	if err != nil {
+		return err
+	}
+	out := &outcome{failures: map[string]string{}, nodeFound: node != nil}
+
+	a.applySysctls(desired, out)
+	if node != nil {
+		out.nodeReady = nodeReady(node)
+		if err := a.applyNode(ctx, node, m.Spec, out); err != nil {
+			return err
+		}
+	} else {
+		out.failures["node"] = fmt.Sprintf("Node %s is not registered yet (k3s has not joined)", a.cfg.Machine)
+	}
+	if err := a.applyK3s(ctx, m, c, out); err != nil {
+		out.failures["k3s"] = err.Error()
+	}
+
+	newApplied, err := change.Keep(applied, desired, func(fc v1alpha1.FieldClass) bool { return change.Staged(fc.Class) })
+	if err != nil {
+		return err
+	}
+	pending, err := a.pending(newApplied, desired, out)
+	if err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		if !change.Staged(ch.Class) {
+			out.applied = append(out.applied, ch)
+		}
+	}
+
+	a.st.Applied = &newApplied
+	a.st.Staged = &desired
+	a.st.Pending = pending
+	if len(out.failures) == 0 {
+		a.st.MachineGeneration = m.Generation
+		a.st.ClusterGeneration = c.Generation
+	}
+	if err := a.cfg.State.Save(a.st); err != nil {
+		return err
+	}
+	a.record(m, out)
+	return a.writeStatus(ctx, m, out)
+}
+
+// observe reads the cached Machine, Cluster and Node.
+func (a *Agent) observe() (*v1alpha1.Machine, *v1alpha1.Cluster, *corev1.Node, error) {
+	var m *v1alpha1.Machine
+	var c *v1alpha1.Cluster
+	var n *corev1.Node
+	if o, ok, err := a.machines.GetByKey(a.cfg.Machine); err != nil {
+		return nil, nil, nil, err
+	} else if ok {
+		m = o.(*v1alpha1.Machine).DeepCopy()
+	}
+	if o, ok, err := a.clusters.GetByKey(v1alpha1.ClusterName); err != nil {
+		return nil, nil, nil, err
+	} else if ok {
+		c = o.(*v1alpha1.Cluster).DeepCopy()
+	}
+	if o, ok, err := a.nodes.GetByKey(a.cfg.Machine); err != nil {
+		return nil, nil, nil, err
+	} else if ok {
+		n = o.(*corev1.Node).DeepCopy()
+	}
+	return m, c, n, nil
+}
+
+func (a *Agent) applySysctls(desired change.Spec, out *outcome) {
+	want := sysctl.Merge(stringMap(desired.Cluster.Sysctls), stringMap(desired.Machine.Sysctls))
+	res := a.cfg.Sysctl.Apply(want, a.st.SysctlOriginals)
+	for k, err := range res.Failed {
+		out.failures["sysctl "+k] = err.Error()
+	}
+	a.cfg.Metrics.SysctlFailures.Set(float64(len(res.Failed)))
+}
+
+func stringMap[V ~string](m map[string]V) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// applyNode keeps liken's labels and taints on the Node, removing those liken set earlier
+// and no longer wants, and never touching what others set.
+func (a *Agent) applyNode(ctx context.Context, node *corev1.Node, spec v1alpha1.MachineSpec, out *outcome) error {
+	want := stringMap(spec.NodeLabels)
+	changed := false
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	for k, v := range want {
+		if node.Labels[k] != v {
+			node.Labels[k] = v
+			changed = true
+		}
+	}
+	for k := range a.st.NodeLabels {
+		if _, still := want[k]; !still {
+			if _, on := node.Labels[k]; on {
+				delete(node.Labels, k)
+				changed = true
+			}
+		}
+	}
+	type tk struct{ key, effect string }
+	mine := map[tk]bool{}
+	for _, t := range a.st.NodeTaints {
+		mine[tk{t.Key, string(t.Effect)}] = true
+	}
+	wantT := map[tk]v1alpha1.Taint{}
+	for _, t := range spec.NodeTaints {
+		wantT[tk{t.Key, string(t.Effect)}] = t
+	}
+	var taints []corev1.Taint
+	seen := map[tk]bool{}
+	for _, t := range node.Spec.Taints {
+		k := tk{t.Key, string(t.Effect)}
+		if w, ok := wantT[k]; ok {
+			seen[k] = true
+			if t.Value != w.Value {
+				t.Value = w.Value
+				changed = true
+			}
+			taints = append(taints, t)
+			continue
+		}
+		if mine[k] {
+			changed = true // liken's own taint, no longer wanted
+			continue
+		}
+		taints = append(taints, t)
+	}
+	for _, t := range spec.NodeTaints {
+		if !seen[tk{t.Key, string(t.Effect)}] {
+			taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+			changed = true
+		}
+	}
+	node.Spec.Taints = taints
+	if changed {
+		// Update with the cached resourceVersion: a concurrent writer makes this fail with a
+		// conflict, and the retry starts from the fresh Node the watch delivers.
+		if _, err := a.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: "liken-agent"}); err != nil {
+			if apierrors.IsConflict(err) {
+				return fmt.Errorf("updating Node %s: %w", node.Name, err)
+			}
+			out.failures["node"] = fmt.Sprintf("updating Node labels and taints: %v", err)
+			return nil
+		}
+	}
+	a.st.NodeLabels = want
+	a.st.NodeTaints = append([]v1alpha1.Taint(nil), spec.NodeTaints...)
+	return nil
+}
+
+// applyK3s renders k3s's files and, when they differ from what is on disk, replaces them and
+// schedules a restart after RestartDelay (so a burst of edits restarts k3s once).
+func (a *Agent) applyK3s(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, out *outcome) error {
+	secrets, err := a.registrySecrets(ctx, c)
+	if err != nil {
+		return err
+	}
+	rendered, err := k3s.Render(k3s.Input{Role: m.Spec.Role, NodeName: a.cfg.Machine, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths})
+	if err != nil {
+		return err
+	}
+	changed, err := a.cfg.K3sRoot.Changed(rendered)
+	if err != nil {
+		return err
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	// Persist the intent before replacing the files: a crash after the write still ends in
+	// the restart the new files need.
+	a.st.K3sRestartPending = true
+	if err := a.cfg.State.Save(a.st); err != nil {
+		return err
+	}
+	if err := a.cfg.K3sRoot.Write(rendered); err != nil {
+		return err
+	}
+	a.log.Info("k3s configuration changed; restart scheduled", "files", changed, "delay", a.cfg.RestartDelay)
+	a.lastRender = a.cfg.Now()
+	out.restarted = true
+	a.queue.AddAfter(keyRestart, a.cfg.RestartDelay)
+	return nil
+}
+
+func (a *Agent) registrySecrets(ctx context.Context, c *v1alpha1.Cluster) (map[string]map[string][]byte, error) {
+	out := map[string]map[string][]byte{}
+	if c.Spec.Registries == nil {
+		return out, nil
+	}
+	var names []string
+	for _, rc := range c.Spec.Registries.Configs {
+		if rc.AuthSecret != nil {
+			names = append(names, rc.AuthSecret.Name)
+		}
+		if rc.TLS != nil && rc.TLS.Secret != nil {
+			names = append(names, rc.TLS.Secret.Name)
+		}
+	}
+	for _, n := range names {
+		s, err := a.kube.CoreV1().Secrets(v1alpha1.SecretNamespace).Get(ctx, n, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // Render names the missing Secret
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", v1alpha1.SecretNamespace, n, err)
+		}
+		out[n] = s.Data
+	}
+	return out, nil
+}
+
+// restartK3s asks the supervisor to restart k3s once the rendered files have been quiet for
+// RestartDelay.
+func (a *Agent) restartK3s(ctx context.Context) error {
+	if !a.st.K3sRestartPending {
+		return nil
+	}
+	if wait := a.lastRender.Add(a.cfg.RestartDelay).Sub(a.cfg.Now()); wait > 0 {
+		a.queue.AddAfter(keyRestart, wait)
+		return nil
+	}
+	if a.cfg.Restarter == nil {
+		return errors.New("k3s files changed but this agent has no supervisor to restart k3s")
+	}
+	if err := a.cfg.Restarter.RestartK3s(ctx); err != nil {
+		return fmt.Errorf("restarting k3s: %w", err)
+	}
+	a.cfg.Metrics.K3sRestarts.Inc()
+	a.st.K3sRestartPending = false
+	if err := a.cfg.State.Save(a.st); err != nil {
+		return err
+	}
+	a.log.Info("k3s restarted in place")
+	if m, _, _, err := a.observe(); err == nil && m != nil && a.recorder != nil {
+		a.recorder.Event(m, corev1.EventTypeNormal, "RestartedK3s", "k3s restarted in place to apply its new configuration; pods kept running")
+	}
+	a.queue.Add(keyReconcile)
+	return nil
+}
+
+// pending computes the staged set, keeping each entry's "since" while its target is unchanged.
+func (a *Agent) pending(applied, desired change.Spec, out *outcome) ([]v1alpha1.PendingChange, error) {
+	staged, err := change.Diff(applied, desired)
+	if err != nil {
+		return nil, err
+	}
+	prev := map[string]v1alpha1.PendingChange{}
+	for _, p := range a.st.Pending {
+		prev[p.Field] = p
+	}
+	var out2 []v1alpha1.PendingChange
+	for _, ch := range staged {
+		p := v1alpha1.PendingChange{Field: ch.Field, Class: ch.Class, From: ch.From, To: ch.To, Since: metav1.NewTime(a.cfg.Now().UTC().Truncate(1e9))}
+		if old, ok := prev[ch.Field]; ok && old.To == ch.To && old.From == ch.From {
+			p.Since = old.Since
+		} else {
+			out.staged = append(out.staged, ch)
+		}
+		out2 = append(out2, p)
+	}
+	sort.Slice(out2, func(i, j int) bool { return out2[i].Field < out2[j].Field })
+	return out2, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// record emits an Event for each applied or newly staged change and counts them.
+func (a *Agent) record(m *v1alpha1.Machine, out *outcome) {
+	for _, ch := range out.applied {
+		a.cfg.Metrics.ChangesApplied.WithLabelValues(string(ch.Class)).Inc()
+		if a.recorder != nil {
+			how := "applied live"
+			if ch.Class == v1alpha1.RestartK3s {
+				how = "applied by restarting k3s in place where its files changed"
+			}
+			a.recorder.Eventf(m, corev1.EventTypeNormal, "Applied", "%s %s", ch.Field, how)
+		}
+	}
+	for _, ch := range out.staged {
+		a.cfg.Metrics.ChangesStaged.WithLabelValues(string(ch.Class)).Inc()
+		if a.recorder != nil {
+			when := "staged for the next boot"
+			if ch.Class == v1alpha1.Reboot {
+				when = "staged; it needs a reboot of its own"
+			}
+			a.recorder.Eventf(m, corev1.EventTypeNormal, "Staged", "%s %s", ch.Field, when)
+		}
+	}
+	key := failureKey(out.failures)
+	if key != "" && key != a.lastFailureKey && a.recorder != nil {
+		a.recorder.Eventf(m, corev1.EventTypeWarning, "ApplyFailed", "could not apply: %s", key)
+	}
+	a.lastFailureKey = key
+}
+
+func failureKey(f map[string]string) string {
+	var items []string
+	for k, v := range f {
+		items = append(items, k+": "+v)
+	}
+	sort.Strings(items)
+	return strings.Join(items, "; ")
+}
+
+// writeStatus writes the Machine's status only when it changed.
+func (a *Agent) writeStatus(ctx context.Context, m *v1alpha1.Machine, out *outcome) error {
+	next := a.status(m, out)
+	if equality.Semantic.DeepEqual(m.Status, next) {
+		return nil
+	}
+	m.Status = next
+	if _, err := a.liken.UpdateMachineStatus(ctx, m); err != nil {
+		return fmt.Errorf("writing Machine status: %w", err)
+	}
+	a.cfg.Metrics.StatusWrites.Inc()
+	return nil
+}

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/change"
+)
+
+// status computes the Machine's next status from what this pass did.
+func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus {
+	s := *m.Status.DeepCopy()
+	s.ObservedGeneration = m.Generation
+	s.AppliedGeneration = a.st.MachineGeneration
+	s.AppliedClusterGeneration = a.st.ClusterGeneration
+	if a.cfg.Hardware != nil {
+		s.Hardware = a.cfg.Hardware.DeepCopy()
+	}
+	if a.cfg.Release != nil {
+		s.Release = a.cfg.Release.DeepCopy()
+	}
+	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
+	s.PendingCount = int32(len(s.Pending))
+	s.PendingHash = change.PendingHash(s.Pending)
+	s.Reboot.State, s.Reboot.Message = rebootState(m, s.Pending, s.PendingHash)
+	if s.Upgrade.State == "" {
+		s.Upgrade.State = v1alpha1.UpgradeIdle
+	}
+	for _, c := range conditions(condInput{
+		failures:       out.failures,
+		restartPending: a.st.K3sRestartPending,
+		pending:        s.Pending,
+		nodeFound:      out.nodeFound,
+		nodeReady:      out.nodeReady,
+	}) {
+		c.ObservedGeneration = m.Generation
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
+	return s
+}
+
+// rebootState says what a staged reboot waits for. Taking the reboot is the coordinator's
+// job; the agent only reports where the machine stands.
+func rebootState(m *v1alpha1.Machine, pending []v1alpha1.PendingChange, hash string) (v1alpha1.RebootState, string) {
+	var reboot []string
+	for _, p := range pending {
+		if p.Class == v1alpha1.Reboot {
+			reboot = append(reboot, p.Field)
+		}
+	}
+	if len(reboot) == 0 {
+		return v1alpha1.RebootNone, ""
+	}
+	policy := v1alpha1.RebootManual
+	if m.Spec.RebootPolicy != nil {
+		policy = *m.Spec.RebootPolicy
+	}
+	approved := m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil && m.Spec.Reboot.Approval.PendingHash == hash
+	if policy == v1alpha1.RebootManual && !approved {
+		return v1alpha1.RebootWaitingForApproval, fmt.Sprintf("%s need a reboot; approve pending set %s with liken approve-reboot", strings.Join(reboot, ", "), hash)
+	}
+	return v1alpha1.RebootWaitingForTurn, fmt.Sprintf("%s need a reboot; waiting for a disruption-budget turn", strings.Join(reboot, ", "))
+}
+
+// condInput is what the conditions are computed from.
+type condInput struct {
+	failures       map[string]string
+	restartPending bool
+	pending        []v1alpha1.PendingChange
+	nodeFound      bool
+	nodeReady      bool
+}
+
+// conditions computes the Machine's conditions (see api/v1alpha1/conditions.go).
+func conditions(in condInput) []metav1.Condition {
+	var out []metav1.Condition
+	add := func(t string, ok bool, reason, msg string) {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		out = append(out, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg})
+	}
+	failed := failureKey(in.failures)
+	switch {
+	case failed != "":
+		add(v1alpha1.MachineConfigApplied, false, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
+	case in.restartPending:
+		add(v1alpha1.MachineConfigApplied, false, v1alpha1.ReasonRestartingK3s, "k3s configuration changed; k3s restarts in place")
+	default:
+		add(v1alpha1.MachineConfigApplied, true, v1alpha1.ReasonApplied, "every live and k3s change is applied")
+	}
+	if len(in.pending) > 0 {
+		var f []string
+		for _, p := range in.pending {
+			f = append(f, fmt.Sprintf("%s (%s)", p.Field, p.Class))
+		}
+		sort.Strings(f)
+		add(v1alpha1.MachineRebootPending, true, v1alpha1.ReasonChangesStaged, "staged: "+strings.Join(f, ", "))
+	} else {
+		add(v1alpha1.MachineRebootPending, false, v1alpha1.ReasonNothingPending, "nothing is staged")
+	}
+	if failed != "" {
+		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
+	} else {
+		add(v1alpha1.MachineDegraded, false, v1alpha1.ReasonHealthy, "nothing has failed")
+	}
+	switch {
+	case !in.nodeFound:
+		add(v1alpha1.MachineReady, false, v1alpha1.ReasonNodeNotReady, "the Node is not registered yet")
+	case !in.nodeReady:
+		add(v1alpha1.MachineReady, false, v1alpha1.ReasonNodeNotReady, "the Node is not Ready")
+	case failed != "" || in.restartPending:
+		add(v1alpha1.MachineReady, false, v1alpha1.ReasonReconciling, "the agent has not applied the current spec")
+	default:
+		add(v1alpha1.MachineReady, true, v1alpha1.ReasonReady, "node Ready and spec applied")
+	}
+	return out
+}

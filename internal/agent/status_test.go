@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+func TestConditions(t *testing.T) {
+	pending := []v1alpha1.PendingChange{{Field: "machine.spec.network", Class: v1alpha1.Reboot}}
+	tests := []struct {
+		name string
+		in   condInput
+		want map[string]string // type → status/reason
+	}{
+		{"all good", condInput{nodeFound: true, nodeReady: true}, map[string]string{
+			"ConfigApplied": "True/Applied", "RebootPending": "False/NothingPending", "Degraded": "False/Healthy", "Ready": "True/Ready"}},
+		{"item failed", condInput{failures: map[string]string{"sysctl x": "no"}, nodeFound: true, nodeReady: true}, map[string]string{
+			"ConfigApplied": "False/ApplyFailed", "Degraded": "True/ApplyFailed", "Ready": "False/Reconciling"}},
+		{"restart pending", condInput{restartPending: true, nodeFound: true, nodeReady: true}, map[string]string{
+			"ConfigApplied": "False/RestartingK3s", "Ready": "False/Reconciling"}},
+		{"staged", condInput{pending: pending, nodeFound: true, nodeReady: true}, map[string]string{
+			"RebootPending": "True/ChangesStaged", "Ready": "True/Ready", "ConfigApplied": "True/Applied"}},
+		{"no node", condInput{}, map[string]string{"Ready": "False/NodeNotReady"}},
+		{"node not ready", condInput{nodeFound: true}, map[string]string{"Ready": "False/NodeNotReady"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := map[string]string{}
+			for _, c := range conditions(tt.in) {
+				got[c.Type] = string(c.Status) + "/" + c.Reason
+				if c.Message == "" {
+					t.Errorf("%s has no message", c.Type)
+				}
+			}
+			if len(got) != 4 {
+				t.Errorf("got %d conditions, want 4", len(got))
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("%s = %s, want %s", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestRebootState(t *testing.T) {
+	m := &v1alpha1.Machine{}
+	reboot := []v1alpha1.PendingChange{{Field: "machine.spec.network", Class: v1alpha1.Reboot}}
+	nextBoot := []v1alpha1.PendingChange{{Field: "machine.spec.kernelArgs", Class: v1alpha1.NextBoot}}
+	if s, _ := rebootState(m, nil, ""); s != v1alpha1.RebootNone {
+		t.Errorf("nothing pending: %s", s)
+	}
+	if s, _ := rebootState(m, nextBoot, "sha256:x"); s != v1alpha1.RebootNone {
+		t.Errorf("only NextBoot pending asks for no reboot: %s", s)
+	}
+	if s, _ := rebootState(m, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
+		t.Errorf("Manual without approval: %s", s)
+	}
+	m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:old", ApprovedAt: &metav1.Time{}}}
+	if s, _ := rebootState(m, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
+		t.Errorf("an approval of another set counted: %s", s)
+	}
+	m.Spec.Reboot.Approval.PendingHash = "sha256:x"
+	if s, _ := rebootState(m, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
+		t.Errorf("approved: %s", s)
+	}
+	auto := v1alpha1.RebootAuto
+	m2 := &v1alpha1.Machine{Spec: v1alpha1.MachineSpec{RebootPolicy: &auto}}
+	if s, _ := rebootState(m2, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
+		t.Errorf("Auto: %s", s)
+	}
+}
