@@ -26,6 +26,8 @@ type outcome struct {
 	restarted bool              // k3s files changed; a restart is scheduled
 	nodeFound bool
 	nodeReady bool
+	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
+	clusterPolicy v1alpha1.RebootPolicy
 }
 
 // reconcile is one pass: read, classify, apply live, render k3s, stage the rest, persist,
@@ -45,7 +47,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	out := &outcome{failures: map[string]string{}, nodeFound: node != nil}
+	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy}
 
 	a.applySysctls(desired, out)
 	if node != nil {

@@ -27,7 +27,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
 	s.PendingCount = int32(len(s.Pending))
 	s.PendingHash = change.PendingHash(s.Pending)
-	s.Reboot.State, s.Reboot.Message = rebootState(m, s.Pending, s.PendingHash)
+	s.Reboot.State, s.Reboot.Message = rebootState(m, out.clusterPolicy, s.Pending, s.PendingHash)
 	if s.Upgrade.State == "" {
 		s.Upgrade.State = v1alpha1.UpgradeIdle
 	}
@@ -46,7 +46,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 
 // rebootState says what a staged reboot waits for. Taking the reboot is the coordinator's
 // job; the agent only reports where the machine stands.
-func rebootState(m *v1alpha1.Machine, pending []v1alpha1.PendingChange, hash string) (v1alpha1.RebootState, string) {
+func rebootState(m *v1alpha1.Machine, clusterPolicy v1alpha1.RebootPolicy, pending []v1alpha1.PendingChange, hash string) (v1alpha1.RebootState, string) {
 	var reboot []string
 	for _, p := range pending {
 		if p.Class == v1alpha1.Reboot {
@@ -56,7 +56,10 @@ func rebootState(m *v1alpha1.Machine, pending []v1alpha1.PendingChange, hash str
 	if len(reboot) == 0 {
 		return v1alpha1.RebootNone, ""
 	}
-	policy := v1alpha1.RebootManual
+	policy := clusterPolicy
+	if policy == "" {
+		policy = v1alpha1.RebootManual
+	}
 	if m.Spec.RebootPolicy != nil {
 		policy = *m.Spec.RebootPolicy
 	}

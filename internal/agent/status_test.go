@@ -51,26 +51,33 @@ func TestRebootState(t *testing.T) {
 	m := &v1alpha1.Machine{}
 	reboot := []v1alpha1.PendingChange{{Field: "machine.spec.network", Class: v1alpha1.Reboot}}
 	nextBoot := []v1alpha1.PendingChange{{Field: "machine.spec.kernelArgs", Class: v1alpha1.NextBoot}}
-	if s, _ := rebootState(m, nil, ""); s != v1alpha1.RebootNone {
+	if s, _ := rebootState(m, "", nil, ""); s != v1alpha1.RebootNone {
 		t.Errorf("nothing pending: %s", s)
 	}
-	if s, _ := rebootState(m, nextBoot, "sha256:x"); s != v1alpha1.RebootNone {
+	if s, _ := rebootState(m, "", nextBoot, "sha256:x"); s != v1alpha1.RebootNone {
 		t.Errorf("only NextBoot pending asks for no reboot: %s", s)
 	}
-	if s, _ := rebootState(m, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
+	if s, _ := rebootState(m, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
 		t.Errorf("Manual without approval: %s", s)
 	}
 	m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:old", ApprovedAt: &metav1.Time{}}}
-	if s, _ := rebootState(m, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
+	if s, _ := rebootState(m, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
 		t.Errorf("an approval of another set counted: %s", s)
 	}
 	m.Spec.Reboot.Approval.PendingHash = "sha256:x"
-	if s, _ := rebootState(m, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
+	if s, _ := rebootState(m, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
 		t.Errorf("approved: %s", s)
 	}
 	auto := v1alpha1.RebootAuto
 	m2 := &v1alpha1.Machine{Spec: v1alpha1.MachineSpec{RebootPolicy: &auto}}
-	if s, _ := rebootState(m2, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
+	if s, _ := rebootState(m2, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
 		t.Errorf("Auto: %s", s)
+	}
+	if s, _ := rebootState(&v1alpha1.Machine{}, v1alpha1.RebootAuto, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
+		t.Errorf("Cluster Auto: %s", s)
+	}
+	manual := v1alpha1.RebootManual
+	if s, _ := rebootState(&v1alpha1.Machine{Spec: v1alpha1.MachineSpec{RebootPolicy: &manual}}, v1alpha1.RebootAuto, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
+		t.Errorf("Machine Manual overriding Cluster Auto: %s", s)
 	}
 }
