@@ -1,0 +1,19 @@
+// Command k3s-standin is liken's node simulator with k3s's command shape, for tests only
+// (see internal/standin). It is not k3s.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"liken.dev/liken/internal/standin"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := standin.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

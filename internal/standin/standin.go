@@ -1,0 +1,334 @@
+// Package standin is liken's k3s stand-in: a node simulator with k3s's command shape, used
+// wherever k3s would run in liken's tests, because k3s itself cannot be built or downloaded
+// on liken's build machines. It is never what a user gets: its name, its output and the
+// release document say it is a stand-in.
+//
+// What it does of k3s: `server|agent --config FILE` (also -c and K3S_CONFIG_FILE), reads the
+// config file and the registries file as k3s does, refuses a server-only key as an agent
+// ("flag provided but not defined", as k3s agent does), registers its Node with the API
+// server and keeps it Ready with a Lease heartbeat, and answers a kubelet-style readiness
+// check. What it does not do: run containers, serve an API, form a cluster.
+//
+// Settings only the stand-in has come from the environment:
+//
+//	LIKEN_STANDIN_KUBECONFIG  kubeconfig it registers its Node with (a node identity)
+//	LIKEN_STANDIN_HEALTHZ     readiness address (default 127.0.0.1:10248, the kubelet's)
+//	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION
+package standin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// Banner starts every run's output, so no log can mistake the stand-in for k3s.
+const Banner = "k3s-standin: liken's node simulator standing in for k3s (not k3s; runs no containers)"
+
+// Keys k3s defines for both `server` and `agent` (pkg/cli/cmds/agent.go), of those a
+// config file may carry.
+var agentKeys = set("server", "token", "token-file", "node-name", "node-ip", "node-external-ip",
+	"node-label", "node-taint", "data-dir", "kubelet-arg", "kube-proxy-arg", "private-registry",
+	"disable-default-registry-endpoint", "protect-kernel-defaults", "selinux", "lb-server-port",
+	"resolv-conf", "flannel-iface", "with-node-id", "debug", "v", "log", "alsologtostderr")
+
+// Keys only `k3s server` defines (pkg/cli/cmds/server.go).
+var serverKeys = set("cluster-init", "cluster-reset", "cluster-cidr", "service-cidr", "cluster-dns",
+	"cluster-domain", "flannel-backend", "disable", "disable-network-policy", "embedded-registry",
+	"secrets-encryption", "write-kubeconfig", "write-kubeconfig-mode", "agent-token", "agent-token-file",
+	"kube-apiserver-arg", "kube-controller-manager-arg", "kube-scheduler-arg", "tls-san",
+	"disable-cloud-controller", "disable-helm-controller", "egress-selector-mode", "system-default-registry",
+	"etcd-snapshot-schedule-cron", "etcd-snapshot-retention", "datastore-endpoint")
+
+func set(keys ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m
+}
+
+// Config is what the stand-in read.
+type Config struct {
+	Role       string
+	Values     map[string]any
+	Registries map[string]any
+}
+
+// Main runs the stand-in with k3s's arguments and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, Banner)
+	cfg, err := Parse(args, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
+		return 1
+	}
+	if err := Run(ctx, cfg, os.Getenv, stderr); err != nil {
+		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// Parse reads the command line, config file and registries file as k3s does.
+func Parse(args []string, getenv func(string) string) (*Config, error) {
+	if len(args) == 0 || (args[0] != "server" && args[0] != "agent") {
+		return nil, errors.New("usage: k3s-standin server|agent [--config FILE]")
+	}
+	c := &Config{Role: args[0]}
+	path := "/etc/rancher/k3s/config.yaml"
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--config" || a == "-c":
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("flag needs an argument: %s", a)
+			}
+			path = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--config="):
+			path = strings.TrimPrefix(a, "--config=")
+		default:
+			return nil, fmt.Errorf("flag provided but not defined: %s (the stand-in reads everything from its config file)", a)
+		}
+	}
+	if env := getenv("K3S_CONFIG_FILE"); env != "" {
+		path = env // k3s: the environment wins
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config file: %w", err)
+	}
+	c.Values = map[string]any{}
+	if err := yaml.Unmarshal(b, &c.Values); err != nil {
+		return nil, fmt.Errorf("parsing config file %s: %w", path, err)
+	}
+	var unknown []string
+	for k := range c.Values {
+		k = strings.TrimSuffix(k, "+")
+		switch {
+		case agentKeys[k]:
+		case serverKeys[k] && c.Role == "server":
+		case serverKeys[k]:
+			// k3s agent: urfave/cli refuses a flag the agent command does not define.
+			return nil, fmt.Errorf("flag provided but not defined: -%s", k)
+		default:
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	if len(unknown) > 0 && c.Role == "agent" {
+		return nil, fmt.Errorf("flag provided but not defined: -%s", unknown[0])
+	}
+	reg := "/etc/rancher/k3s/registries.yaml"
+	if v, ok := c.Values["private-registry"].(string); ok {
+		reg = v
+	}
+	if b, err := os.ReadFile(reg); err == nil {
+		c.Registries = map[string]any{}
+		if err := yaml.Unmarshal(b, &c.Registries); err != nil {
+			return nil, fmt.Errorf("parsing registries file %s: %w", reg, err)
+		}
+		for k := range c.Registries {
+			if k != "mirrors" && k != "configs" && k != "auths" {
+				return nil, fmt.Errorf("parsing registries file %s: unknown key %q", reg, k)
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading registries file: %w", err)
+	}
+	return c, nil
+}
+
+// NodeName is node-name, else the hostname, as k3s picks it.
+func (c *Config) NodeName() string {
+	if n, ok := c.Values["node-name"].(string); ok && n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func (c *Config) list(key string) []string {
+	switch v := c.Values[key].(type) {
+	case []any:
+		var out []string
+		for _, e := range v {
+			out = append(out, fmt.Sprint(e))
+		}
+		return out
+	case string:
+		return []string{v}
+	}
+	return nil
+}
+
+// Run registers the Node and keeps it Ready until ctx ends.
+func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writer) error {
+	fault := getenv("LIKEN_STANDIN_FAULT")
+	if d, ok := strings.CutPrefix(fault, "slow-start="); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil {
+			return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
+		}
+		fmt.Fprintf(log, "k3s-standin: fault slow-start: waiting %s\n", dur)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(dur):
+		}
+	}
+	var crash <-chan time.Time
+	if d, ok := strings.CutPrefix(fault, "crash-after="); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil {
+			return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
+		}
+		crash = time.After(dur)
+	}
+	neverReady := fault == "never-ready"
+
+	kc := getenv("LIKEN_STANDIN_KUBECONFIG")
+	if kc == "" {
+		return errors.New("LIKEN_STANDIN_KUBECONFIG is not set: the stand-in needs a node identity to register with")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", kc, err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	name := c.NodeName()
+	var ready atomic.Bool
+	addr := getenv("LIKEN_STANDIN_HEALTHZ")
+	if addr == "" {
+		addr = "127.0.0.1:10248"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("readiness endpoint: %w", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ready.Load() {
+			io.WriteString(w, "ok")
+			return
+		}
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	if err := register(ctx, client, c, name); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "k3s-standin: %s %s registered\n", c.Role, name)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		if err := heartbeat(ctx, client, name, !neverReady); err != nil {
+			fmt.Fprintf(log, "k3s-standin: heartbeat: %v\n", err)
+		} else {
+			ready.Store(!neverReady)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-crash:
+			return errors.New("fault crash-after: exiting as k3s does when containerd or the kubelet dies")
+		case <-tick.C:
+		}
+	}
+}
+
+// register creates the Node with the labels and taints of the config file (k3s applies
+// node-label and node-taint only when the Node registers).
+func register(ctx context.Context, client kubernetes.Interface, c *Config, name string) error {
+	labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.liken.dev/k3s": "stand-in"}
+	// k3s's server, not its kubelet, adds the node-role labels: NodeRestriction forbids a
+	// node to set them on itself.
+	for _, l := range c.list("node-label") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			labels[k] = v
+		}
+	}
+	var taints []corev1.Taint
+	for _, t := range c.list("node-taint") {
+		kv, effect, _ := strings.Cut(t, ":")
+		k, v, _ := strings.Cut(kv, "=")
+		taints = append(taints, corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)})
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
+	_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering Node %s: %w", name, err)
+	}
+	return nil
+}
+
+func heartbeat(ctx context.Context, client kubernetes.Interface, name string, ready bool) error {
+	now := metav1.NowMicro()
+	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		d := int32(40)
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &d, RenewTime: &now}}
+		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node lease: %w", err)
+		}
+	case err != nil:
+		return err
+	default:
+		lease.Spec.RenewTime = &now
+		if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("renewing node lease: %w", err)
+		}
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	status, reason, msg := corev1.ConditionTrue, "KubeletReady", "k3s stand-in is ready"
+	if !ready {
+		status, reason, msg = corev1.ConditionFalse, "KubeletNotReady", "k3s stand-in fault never-ready"
+	}
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, Message: msg,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == status {
+			cond.LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	// Only the heartbeat time changes between beats; skip the write unless the status does.
+	var kept []corev1.NodeCondition
+	for _, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			kept = append(kept, c)
+		} else if c.Status == status && c.Reason == reason {
+			return nil
+		}
+	}
+	node.Status.Conditions = append(kept, cond)
+	node.Status.NodeInfo.KubeletVersion = "v1.37.2-standin"
+	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	return err
+}

@@ -1,0 +1,207 @@
+package standin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"liken.dev/liken/test/apiserver"
+)
+
+var env *apiserver.Env
+
+func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "standin", apiserver.Options{}, &env)) }
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func noEnv(string) string { return "" }
+
+func TestParse(t *testing.T) {
+	regDir := t.TempDir()
+	goodReg := filepath.Join(regDir, "good.yaml")
+	os.WriteFile(goodReg, []byte("mirrors:\n  docker.io:\n    endpoint: [\"https://m\"]\n"), 0o600)
+	badReg := filepath.Join(regDir, "bad.yaml")
+	os.WriteFile(badReg, []byte("mirror: {}\n"), 0o600)
+	tests := []struct {
+		name, role, config, wantErr string
+	}{
+		{"server with server keys", "server", "cluster-init: true\ndisable: [traefik]\nnode-name: s1\n", ""},
+		{"agent with shared keys", "agent", "server: https://s1:6443\ntoken-file: /t\nnode-name: a1\n", ""},
+		{"agent with a server-only key", "agent", "server: https://s1:6443\ncluster-init: true\n", "flag provided but not defined: -cluster-init"},
+		{"agent with disable", "agent", "server: https://s1:6443\ndisable: [traefik]\n", "flag provided but not defined: -disable"},
+		{"agent with an unknown key", "agent", "server: https://s1:6443\nfrobnicate: 1\n", "flag provided but not defined: -frobnicate"},
+		{"registries read", "server", "private-registry: " + goodReg + "\n", ""},
+		{"registries with a bad key", "server", "private-registry: " + badReg + "\n", `unknown key "mirror"`},
+		{"not YAML", "server", "disable: [\n", "parsing config file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]string{tt.role, "--config", writeConfig(t, tt.config)}, noEnv)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("error = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := Parse([]string{"etcd"}, noEnv); err == nil {
+		t.Error("a command other than server or agent was accepted")
+	}
+	envCfg := writeConfig(t, "node-name: from-env\n")
+	c, err := Parse([]string{"server", "-c", writeConfig(t, "node-name: from-flag\n")}, func(k string) string {
+		if k == "K3S_CONFIG_FILE" {
+			return envCfg
+		}
+		return ""
+	})
+	if err != nil || c.NodeName() != "from-env" {
+		t.Errorf("K3S_CONFIG_FILE must win over --config: %v, %v", c, err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func nodeKubeconfig(t *testing.T, name string) string {
+	cfg, err := env.UserConfig("system:node:"+name, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(p, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func start(t *testing.T, name, role, fault string) (addr string, done chan error, cancel context.CancelFunc) {
+	cfgPath := writeConfig(t, fmt.Sprintf("node-name: %s\nnode-label: [example.com/pool=a]\nnode-taint: [\"example.com/x=y:NoSchedule\"]\n", name))
+	c, err := Parse([]string{role, "--config", cfgPath}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = freeAddr(t)
+	kc := nodeKubeconfig(t, name)
+	vars := map[string]string{"LIKEN_STANDIN_KUBECONFIG": kc, "LIKEN_STANDIN_HEALTHZ": addr, "LIKEN_STANDIN_FAULT": fault}
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- Run(ctx, c, func(k string) string { return vars[k] }, os.Stderr) }()
+	return addr, done, cancel
+}
+
+func healthz(addr string) int {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestRegistersAndHeartbeats(t *testing.T) {
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	addr, done, cancel := start(t, "n1", "server", "")
+	defer func() { cancel(); <-done }()
+	var node *corev1.Node
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("the stand-in stopped: %v", err)
+		default:
+		}
+		n, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = n
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return healthz(addr) == http.StatusOK, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the stand-in's Node never became Ready: %v; node %+v", err, node)
+	}
+	if node.Labels["example.com/pool"] != "a" || node.Labels["node.liken.dev/k3s"] != "stand-in" {
+		t.Errorf("registration labels = %v", node.Labels)
+	}
+	found := false
+	for _, tt := range node.Spec.Taints {
+		found = found || (tt.Key == "example.com/x" && tt.Value == "y" && tt.Effect == corev1.TaintEffectNoSchedule)
+	}
+	if !found {
+		t.Errorf("registration taint missing: %v", node.Spec.Taints)
+	}
+	l1, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	l2, _ := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), "n1", metav1.GetOptions{})
+	if !l2.Spec.RenewTime.After(l1.Spec.RenewTime.Time) {
+		t.Errorf("the node lease was not renewed")
+	}
+}
+
+func TestFaults(t *testing.T) {
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	addr, done, cancel := start(t, "sick", "agent", "never-ready")
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := admin.CoreV1().Nodes().Get(ctx, "sick", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("never-ready: the Node was not reported NotReady")
+	}
+	if code := healthz(addr); code != http.StatusServiceUnavailable {
+		t.Errorf("never-ready: healthz answered %d, want 503", code)
+	}
+	cancel()
+	<-done
+
+	_, done, cancel = start(t, "crashy", "agent", "crash-after=1s")
+	defer cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "crash-after") {
+			t.Errorf("crash-after: Run returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("crash-after=1s: still running after 20s")
+	}
+}
