@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,44 +23,92 @@ import (
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/standin"
 	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
 	"liken.dev/liken/test/apiserver"
 )
 
 var env *apiserver.Env
 
-func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "agent", apiserver.Options{}, &env)) }
+// The test binary doubles as the k3s stand-in the supervisor runs (LIKEN_TEST_HELPER).
+func TestMain(m *testing.M) {
+	if os.Getenv("LIKEN_TEST_HELPER") == "k3s-standin" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		code := standin.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(apiserver.Main(m, "agent", apiserver.Options{}, &env))
+}
 
 func ptr[T any](v T) *T { return &v }
 
-// countingRestarter stands in for init's supervisor on the host side of this API-tier test:
-// it counts restart requests. (The supervisor itself is tested with real processes.)
-type countingRestarter struct{ n atomic.Int32 }
-
-func (r *countingRestarter) RestartK3s(context.Context) error { r.n.Add(1); return nil }
-
-// sim is one simulated machine: the real agent with a fake /proc/sys tree and k3s files in a
-// temporary directory.
+// sim is one simulated machine: the real agent, init's real supervisor running the k3s
+// stand-in on the files the agent renders, and a fake /proc/sys tree.
 type sim struct {
 	name    string
+	role    v1alpha1.Role
 	dir     string
 	sysctl  sysctl.Host
-	restart *countingRestarter
+	paths   k3s.Paths
+	k3s     *supervisor.Process
 	cancel  context.CancelFunc
 	done    chan struct{}
 	metrics *Metrics
 }
 
-func newSim(t *testing.T, name string) *sim {
+func newSim(t *testing.T, name string, role v1alpha1.Role) *sim {
 	t.Helper()
 	dir := t.TempDir()
-	s := &sim{name: name, dir: dir, sysctl: sysctl.Host{Root: filepath.Join(dir, "proc-sys")}, restart: &countingRestarter{}}
+	s := &sim{name: name, role: role, dir: dir, sysctl: sysctl.Host{Root: filepath.Join(dir, "proc-sys")}}
 	for k, v := range map[string]string{"net/ipv4/ip_forward": "0", "vm/swappiness": "60", "net/core/somaxconn": "4096"} {
 		p := filepath.Join(s.sysctl.Root, k)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(v+"\n"), 0o644)
 	}
+	etc := filepath.Join(dir, "etc-rancher-k3s")
+	s.paths = k3s.Paths{Config: filepath.Join(etc, "config.yaml"), Registries: filepath.Join(etc, "registries.yaml"),
+		RegistryFiles: filepath.Join(etc, "registry-files"), TokenFile: filepath.Join(dir, "token"), DataDir: filepath.Join(dir, "k3s")}
 	return s
+}
+
+// restarts is how often the supervisor restarted k3s (its first start is init's).
+func (s *sim) restarts() int { return s.k3s.Starts() - 1 }
+
+// boot does what init does before the agent runs: render k3s's files from the Cluster and
+// Machine and start k3s under the supervisor, with its socket for the agent.
+func (s *sim) boot(t *testing.T, f *fixture) {
+	t.Helper()
+	c, err := f.liken.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := k3s.Render(k3s.Input{Role: s.role, NodeName: s.name, Cluster: c.Spec, Join: "https://s1:6443", Paths: s.paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k3s.Root("/").Write(out); err != nil {
+		t.Fatal(err)
+	}
+	nodeCfg, err := env.UserConfig("system:node:"+s.name, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(s.dir, "node.kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, nodeCfg); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	healthz := l.Addr().String()
+	l.Close()
+	s.k3s = supervisor.New(supervisor.Spec{Name: "k3s", Path: os.Args[0], Args: []string{string(s.role), "--config", s.paths.Config},
+		Env:    append(os.Environ(), "LIKEN_TEST_HELPER=k3s-standin", "LIKEN_STANDIN_KUBECONFIG="+kc, "LIKEN_STANDIN_HEALTHZ="+healthz),
+		Stderr: os.Stderr, RestartDelay: 200 * time.Millisecond, StopTimeout: 5 * time.Second}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.k3s.Run(ctx)
+	go (&supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": s.k3s}}).Serve(ctx, filepath.Join(s.dir, "init.sock"))
 }
 
 func (s *sim) start(t *testing.T) {
@@ -70,8 +120,9 @@ func (s *sim) start(t *testing.T) {
 	s.metrics = NewMetrics()
 	a, err := New(Config{
 		Machine: s.name, REST: cfg, State: state.Store{Dir: filepath.Join(s.dir, "state")},
-		Sysctl: s.sysctl, K3sRoot: k3s.Root(filepath.Join(s.dir, "root")), K3sPaths: k3s.DefaultPaths,
-		Join: "https://s1:6443", Restarter: s.restart, RestartDelay: 500 * time.Millisecond, Metrics: s.metrics,
+		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443",
+		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
+		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -116,15 +167,6 @@ func setup(t *testing.T, machines map[string]v1alpha1.Role) *fixture {
 	}
 	for n, role := range machines {
 		if _, err := f.liken.CreateMachine(ctx, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: v1alpha1.MachineSpec{Role: role}}); err != nil {
-			t.Fatal(err)
-		}
-		// What k3s does when it joins: register the Node and report it Ready.
-		node, err := f.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		if _, err := f.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,17 +233,21 @@ func condTrue(m *v1alpha1.Machine, t string) bool {
 
 func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"s1": v1alpha1.RoleServer, "a1": v1alpha1.RoleAgent})
-	s1, a1 := newSim(t, "s1"), newSim(t, "a1")
+	s1, a1 := newSim(t, "s1", v1alpha1.RoleServer), newSim(t, "a1", v1alpha1.RoleAgent)
+	s1.boot(t, f)
+	a1.boot(t, f)
 	s1.start(t)
 	a1.start(t)
 	defer func() { s1.stop(); a1.stop() }()
 	for _, n := range []string{"s1", "a1"} {
 		f.waitFor(t, n, "Ready and ConfigApplied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-			return condTrue(m, v1alpha1.MachineReady) && condTrue(m, v1alpha1.MachineConfigApplied)
+			return condTrue(m, v1alpha1.MachineReady) && condTrue(m, v1alpha1.MachineConfigApplied) && m.Status.Hardware != nil
 		})
 	}
-	// First start renders k3s's files; the restart it asks for is the one that starts them.
-	waitCount(t, "initial k3s restarts", func() bool { return s1.restart.n.Load() == 1 && a1.restart.n.Load() == 1 })
+	// Init rendered the same files the agent renders: nothing to restart.
+	if s1.restarts() != 0 || a1.restarts() != 0 {
+		t.Errorf("k3s restarted at start-up: server %d, agent %d times", s1.restarts(), a1.restarts())
+	}
 
 	t.Run("labels, taints and sysctls apply live", func(t *testing.T) {
 		f.editMachine("s1", func(m *v1alpha1.Machine) {
@@ -246,20 +292,20 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 	})
 
 	t.Run("a packaged component restarts k3s once, on servers only", func(t *testing.T) {
-		before1, beforeA := s1.restart.n.Load(), a1.restart.n.Load()
+		before1, beforeA := s1.restarts(), a1.restarts()
 		// A burst of three edits inside the restart delay.
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.Traefik = ptr(false) })
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.MetricsServer = ptr(false) })
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.LocalStorage = ptr(false) })
-		waitCount(t, "a server restart", func() bool { return s1.restart.n.Load() > before1 })
+		waitCount(t, "a server restart", func() bool { return s1.restarts() > before1 })
 		time.Sleep(1500 * time.Millisecond) // three restart delays: any extra restart would show
-		if got := s1.restart.n.Load() - before1; got != 1 {
+		if got := s1.restarts() - before1; got != 1 {
 			t.Errorf("server restarted k3s %d times for a burst of three edits, want 1", got)
 		}
-		if got := a1.restart.n.Load() - beforeA; got != 0 {
+		if got := a1.restarts() - beforeA; got != 0 {
 			t.Errorf("agent restarted k3s %d times for a server-only change, want 0", got)
 		}
-		cfg, _ := os.ReadFile(filepath.Join(s1.dir, "root", k3s.DefaultPaths.Config))
+		cfg, _ := os.ReadFile(s1.paths.Config)
 		for _, c := range []string{"traefik", "metrics-server", "local-storage"} {
 			if !strings.Contains(string(cfg), "- "+c) {
 				t.Errorf("server config does not disable %s:\n%s", c, cfg)
@@ -268,7 +314,7 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 	})
 
 	t.Run("network changes are staged, not applied, and a revert clears them", func(t *testing.T) {
-		before := s1.restart.n.Load()
+		before := s1.restarts()
 		f.editMachine("s1", func(m *v1alpha1.Machine) {
 			m.Spec.Network = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true}}}
 			m.Spec.KernelArgs = []v1alpha1.KernelArg{"quiet"}
@@ -290,7 +336,7 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		if got["machine.spec.network"] != v1alpha1.Reboot || got["machine.spec.kernelArgs"] != v1alpha1.NextBoot {
 			t.Errorf("pending classes = %v", got)
 		}
-		if s1.restart.n.Load() != before {
+		if s1.restarts() != before {
 			t.Errorf("a staged change restarted k3s")
 		}
 		// An approval for this exact set turns the wait into a wait for a turn.
@@ -315,9 +361,9 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		waitCount(t, "swappiness written", func() bool { v, _ := s1.sysctl.Read("vm.swappiness"); return v == "10" })
 		p := filepath.Join(s1.sysctl.Root, "vm", "swappiness")
 		st1, _ := os.Stat(p)
-		cfgPath := filepath.Join(s1.dir, "root", k3s.DefaultPaths.Config)
+		cfgPath := s1.paths.Config
 		cst1, _ := os.Stat(cfgPath)
-		restarts := s1.restart.n.Load()
+		restarts := s1.restarts()
 		s1.stop()
 		time.Sleep(20 * time.Millisecond)
 		s1.start(t)
@@ -330,7 +376,7 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		if !cst2.ModTime().Equal(cst1.ModTime()) {
 			t.Errorf("the restarted agent rewrote k3s's config")
 		}
-		if got := s1.restart.n.Load(); got != restarts {
+		if got := s1.restarts(); got != restarts {
 			t.Errorf("the restarted agent restarted k3s (%d → %d)", restarts, got)
 		}
 		if w := testutilCounter(s1.metrics); w != 0 {
