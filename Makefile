@@ -4,7 +4,11 @@ GO ?= go
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 export LIKEN_TEST_REPORT := $(CURDIR)/.test-report
 
-.PHONY: help deps build generate tools test clean-report examples
+.PHONY: help deps build generate tools test bench clean-report examples
+
+bench: ## Run the benchmarks (figures, never pass/fail on time).
+	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'LiveChange' -benchtime 100x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|p50-ms'
+	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'AgentIdle' -benchtime 1x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|rss-MiB'
 
 clean-report:
 	@rm -f $(LIKEN_TEST_REPORT)
@@ -31,6 +35,6 @@ examples: build ## Validate the example manifests with the API's own rules.
 
 test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
 	@start=$$(date +%s); \
-	$(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./... ; rc=$$?; \
+	$(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./... && $(MAKE) --no-print-directory bench; rc=$$?; \
 	echo; echo "== figures =="; cat $(LIKEN_TEST_REPORT) 2>/dev/null; \
 	echo "go test total: $$(( $$(date +%s) - start ))s"; exit $$rc

@@ -109,6 +109,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	cfg.REST = rest.CopyConfig(cfg.REST)
+	cfg.REST.Wrap(cfg.Metrics.countRequests)
 	lc, err := kube.NewClient(cfg.REST)
 	if err != nil {
 		return nil, err
@@ -164,6 +166,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		go ctrl.RunWithContext(ctx)
 		synced = append(synced, ctrl.HasSynced)
 	}
+	// Before any API answer: hold the machine to what it last applied, so a machine whose
+	// agent starts while the API is away keeps its settings.
+	a.applyPersisted()
 	if a.st.K3sRestartPending {
 		// A previous run wrote new k3s files but died before k3s was restarted.
 		a.queue.Add(keyRestart)
@@ -181,6 +186,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	go wait.UntilWithContext(ctx, a.worker, time.Second)
 	<-ctx.Done()
 	return nil
+}
+
+// applyPersisted re-asserts the live host settings recorded in the state file.
+func (a *Agent) applyPersisted() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.st.Applied == nil {
+		return
+	}
+	out := &outcome{failures: map[string]string{}}
+	a.applySysctls(*a.st.Applied, out)
+	if len(out.failures) > 0 {
+		a.log.Warn("re-applying persisted sysctls", "failures", failureKey(out.failures))
+	}
 }
 
 func (a *Agent) worker(ctx context.Context) {

@@ -58,7 +58,7 @@ type sim struct {
 	metrics *Metrics
 }
 
-func newSim(t *testing.T, name string, role v1alpha1.Role) *sim {
+func newSim(t testing.TB, name string, role v1alpha1.Role) *sim {
 	t.Helper()
 	dir := t.TempDir()
 	s := &sim{name: name, role: role, dir: dir, sysctl: sysctl.Host{Root: filepath.Join(dir, "proc-sys")}}
@@ -78,7 +78,7 @@ func (s *sim) restarts() int { return s.k3s.Starts() - 1 }
 
 // boot does what init does before the agent runs: render k3s's files from the Cluster and
 // Machine and start k3s under the supervisor, with its socket for the agent.
-func (s *sim) boot(t *testing.T, f *fixture) {
+func (s *sim) boot(t testing.TB, f *fixture) {
 	t.Helper()
 	c, err := f.liken.Cluster(t.Context())
 	if err != nil {
@@ -111,7 +111,7 @@ func (s *sim) boot(t *testing.T, f *fixture) {
 	go (&supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": s.k3s}}).Serve(ctx, filepath.Join(s.dir, "init.sock"))
 }
 
-func (s *sim) start(t *testing.T) {
+func (s *sim) start(t testing.TB) {
 	t.Helper()
 	cfg, err := env.UserConfig(authority.User(s.name), authority.Group)
 	if err != nil {
@@ -135,12 +135,12 @@ func (s *sim) start(t *testing.T) {
 func (s *sim) stop() { s.cancel(); <-s.done }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	admin kubernetes.Interface
 	liken *kube.Client
 }
 
-func setup(t *testing.T, machines map[string]v1alpha1.Role) *fixture {
+func setup(t testing.TB, machines map[string]v1alpha1.Role) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	f := &fixture{t: t, admin: kubernetes.NewForConfigOrDie(env.Admin)}
@@ -399,4 +399,47 @@ func hasTaint(n *corev1.Node, key, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestAgentSurvivesAPIOutage: an agent started while the API server is away holds the machine
+// to its persisted state, restarts nothing, and catches up when the API returns.
+func TestAgentSurvivesAPIOutage(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"o1": v1alpha1.RoleAgent})
+	o1 := newSim(t, "o1", v1alpha1.RoleAgent)
+	o1.boot(t, f)
+	o1.start(t)
+	f.editMachine("o1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "10"} })
+	f.waitFor(t, "o1", "swappiness applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		v, _ := o1.sysctl.Read("vm.swappiness")
+		return v == "10" && condTrue(m, v1alpha1.MachineConfigApplied)
+	})
+	o1.stop()
+	// As after a reboot: the kernel is back at its default.
+	if err := o1.sysctl.Write("vm.swappiness", "60"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	restarts := o1.restarts()
+	o1.start(t)
+	waitCount(t, "persisted sysctl re-applied with the API down", func() bool { v, _ := o1.sysctl.Read("vm.swappiness"); return v == "10" })
+	time.Sleep(3 * time.Second)
+	select {
+	case <-o1.done:
+		t.Fatal("the agent stopped while the API was down")
+	default:
+	}
+	if o1.restarts() != restarts {
+		t.Errorf("k3s restarted while the API was down")
+	}
+	if err := env.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.editMachine("o1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "20"} })
+	f.waitFor(t, "o1", "an edit after the outage applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		v, _ := o1.sysctl.Read("vm.swappiness")
+		return v == "20" && condTrue(m, v1alpha1.MachineConfigApplied)
+	})
+	o1.stop()
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +15,9 @@ type Metrics struct {
 	StatusWrites     prometheus.Counter
 	SysctlFailures   prometheus.Gauge
 	ReconcileSeconds prometheus.Histogram
+	// APIRequests counts requests to the API server by verb; "WATCH" is a watch (a GET
+	// with watch=true), which stays open.
+	APIRequests *prometheus.CounterVec
 }
 
 // NewMetrics registers the agent's metrics.
@@ -35,6 +40,25 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
 	}
-	m.Registry.MustRegister(m.ChangesApplied, m.ChangesStaged, m.K3sRestarts, m.StatusWrites, m.SysctlFailures, m.ReconcileSeconds)
+	m.APIRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "liken_agent_api_requests_total", Help: "Requests the agent made to the API server, by verb (WATCH for watches).",
+	}, []string{"verb"})
+	m.Registry.MustRegister(m.ChangesApplied, m.ChangesStaged, m.K3sRestarts, m.StatusWrites, m.SysctlFailures, m.ReconcileSeconds, m.APIRequests)
 	return m
 }
+
+// countRequests wraps a client transport to count requests by verb.
+func (m *Metrics) countRequests(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		verb := r.Method
+		if r.URL.Query().Get("watch") == "true" {
+			verb = "WATCH"
+		}
+		m.APIRequests.WithLabelValues(verb).Inc()
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -78,6 +79,13 @@ func (c *Client) UpdateMachineStatus(ctx context.Context, m *v1alpha1.Machine) (
 func (c *Client) UpdateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
 	out := &v1alpha1.Machine{}
 	err := c.rest.Put().Resource("machines").Name(m.Name).Body(m).Do(ctx).Into(out)
+	return out, err
+}
+
+// PatchMachine patches a Machine (spec and metadata) with a JSON merge patch.
+func (c *Client) PatchMachine(ctx context.Context, name string, mergePatch []byte) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.rest.Patch(types.MergePatchType).Resource("machines").Name(name).Body(mergePatch).Do(ctx).Into(out)
 	return out, err
 }
 

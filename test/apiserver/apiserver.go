@@ -71,11 +71,13 @@ type Env struct {
 
 	serverCA, clientCA *pki.CA
 	procs              []*process
+	apiserverArgs      []string
 	stopOnce           sync.Once
 }
 
 type process struct {
 	name string
+	args []string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
@@ -216,7 +218,7 @@ func (e *Env) startEtcd() (string, error) {
 func (e *Env) startAPIServer(etcdURL string) error {
 	port := freePort()
 	e.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
-	err := e.spawn("kube-apiserver",
+	e.apiserverArgs = []string{
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
@@ -238,7 +240,8 @@ func (e *Env) startAPIServer(etcdURL string) error {
 		"--service-account-signing-key-file="+e.path("pki", "sa.key"),
 		"--service-cluster-ip-range=10.43.0.0/16",
 		"--profiling=false",
-	)
+	}
+	err := e.spawn("kube-apiserver", e.apiserverArgs...)
 	if err != nil {
 		return err
 	}
@@ -274,7 +277,7 @@ func (e *Env) spawn(name string, args ...string) error {
 		return err
 	}
 	logPath := e.path("logs", name+".log")
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -286,7 +289,7 @@ func (e *Env) spawn(name string, args ...string) error {
 		f.Close()
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &process{name: name, args: args, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
@@ -412,6 +415,35 @@ func (e *Env) Kubectl(ctx context.Context, args ...string) (string, error) {
 		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, errb.String())
 	}
 	return out.String(), nil
+}
+
+// StopAPIServer stops kube-apiserver (etcd keeps the data), so tests can see how clients
+// cope with an API that is away.
+func (e *Env) StopAPIServer() error {
+	for i, p := range e.procs {
+		if p.name != "kube-apiserver" {
+			continue
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		e.procs = append(e.procs[:i], e.procs[i+1:]...)
+		return nil
+	}
+	return errors.New("kube-apiserver is not running")
+}
+
+// StartAPIServer starts kube-apiserver again, on the same port and data, and waits until
+// it is ready.
+func (e *Env) StartAPIServer(ctx context.Context) error {
+	if err := e.spawn("kube-apiserver", e.apiserverArgs...); err != nil {
+		return err
+	}
+	return e.waitReady(ctx, 3*time.Minute)
 }
 
 // Stop ends every process and removes the directory (kept when LIKEN_KEEP_TEST_DIRS is set).

@@ -1,0 +1,88 @@
+// Command liken-agent is the machine agent (internal/agent). Init starts it on every
+// machine with the machine's own credentials; it is not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"liken.dev/liken/internal/agent"
+	"liken.dev/liken/internal/host/hardware"
+	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/sysctl"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "liken-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		machine    = flag.String("machine", "", "this machine's name (its Machine and Node)")
+		kubeconfig = flag.String("kubeconfig", "/var/lib/liken/agent.kubeconfig", "the machine's own credentials")
+		stateDir   = flag.String("state-dir", "/var/lib/liken", "where the agent remembers what it applied")
+		socket     = flag.String("init-socket", supervisor.DefaultSocket, "init's supervisor socket")
+		join       = flag.String("join", "", "server URL to render for joining (empty on the first server)")
+		metrics    = flag.String("metrics-addr", "127.0.0.1:9469", "local address for Prometheus metrics (empty: off)")
+		sysRoot    = flag.String("sysctl-root", sysctl.Default.Root, "the /proc/sys tree")
+		sysfs      = flag.String("sysfs", hardware.Default.Sys, "sysfs root for the hardware inventory")
+		procfs     = flag.String("procfs", hardware.Default.Proc, "procfs root for the hardware inventory")
+		delay      = flag.Duration("restart-delay", 2*time.Second, "quiet time before k3s is restarted for new configuration")
+		k3sConfig  = flag.String("k3s-config", k3s.DefaultPaths.Config, "k3s config file")
+		k3sReg     = flag.String("k3s-registries", k3s.DefaultPaths.Registries, "k3s registries file")
+		k3sRegDir  = flag.String("k3s-registry-files", k3s.DefaultPaths.RegistryFiles, "directory for registry CA and client files")
+		tokenFile  = flag.String("k3s-token-file", k3s.DefaultPaths.TokenFile, "k3s join token file")
+		dataDir    = flag.String("k3s-data-dir", k3s.DefaultPaths.DataDir, "k3s data directory")
+	)
+	flag.Parse()
+	if *machine == "" {
+		return errors.New("--machine is required")
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", *kubeconfig, err)
+	}
+	m := agent.NewMetrics()
+	a, err := agent.New(agent.Config{
+		Machine: *machine, REST: cfg, State: state.Store{Dir: *stateDir},
+		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
+		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, DataDir: *dataDir},
+		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
+		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
+		Log:      log, Metrics: m,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *metrics != "" {
+		l, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(l)
+		defer srv.Close()
+		log.Info("metrics", "addr", l.Addr().String())
+	}
+	return a.Run(ctx)
+}
