@@ -318,11 +318,12 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		f.editMachine("s1", func(m *v1alpha1.Machine) {
 			m.Spec.Network = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true}}}
 			m.Spec.KernelArgs = []v1alpha1.KernelArg{"quiet"}
+			m.Spec.Disks = []v1alpha1.Disk{{Device: "/dev/vdb", Partitions: []v1alpha1.Partition{{Label: "data", Filesystem: "ext4", MountPoint: "/var/mnt/data"}}}}
 		})
 		var hash string
-		f.waitFor(t, "s1", "network and kernelArgs pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		f.waitFor(t, "s1", "network, disks and kernelArgs pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 			hash = m.Status.PendingHash
-			return len(m.Status.Pending) == 2 && m.Status.PendingCount == 2 && condTrue(m, v1alpha1.MachineRebootPending) &&
+			return len(m.Status.Pending) == 3 && m.Status.PendingCount == 3 && condTrue(m, v1alpha1.MachineRebootPending) &&
 				m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && strings.HasPrefix(hash, "sha256:")
 		})
 		m, _ := f.liken.Machine(t.Context(), "s1")
@@ -333,7 +334,7 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 				t.Errorf("pending %s has no since", p.Field)
 			}
 		}
-		if got["machine.spec.network"] != v1alpha1.Reboot || got["machine.spec.kernelArgs"] != v1alpha1.NextBoot {
+		if got["machine.spec.network"] != v1alpha1.Reboot || got["machine.spec.disks"] != v1alpha1.Reboot || got["machine.spec.kernelArgs"] != v1alpha1.NextBoot {
 			t.Errorf("pending classes = %v", got)
 		}
 		if s1.restarts() != before {
@@ -346,10 +347,36 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		f.waitFor(t, "s1", "approved reboot waits for a turn", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 			return m.Status.Reboot.State == v1alpha1.RebootWaitingForTurn && m.Status.PendingHash == hash
 		})
-		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Network = nil; m.Spec.KernelArgs = nil })
+		// A new edit while staged changes the set, so the earlier approval no longer counts.
+		f.editMachine("s1", func(m *v1alpha1.Machine) {
+			m.Spec.Disks[0].Partitions[0].MountPoint = "/var/mnt/other"
+		})
+		f.waitFor(t, "s1", "a changed set needs a new approval", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return m.Status.PendingHash != hash && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+		})
+		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Network = nil; m.Spec.KernelArgs = nil; m.Spec.Disks = nil })
 		f.waitFor(t, "s1", "pending cleared", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 			return len(m.Status.Pending) == 0 && m.Status.PendingHash == "" && !condTrue(m, v1alpha1.MachineRebootPending) &&
 				m.Status.Reboot.State == v1alpha1.RebootNone
+		})
+	})
+
+	t.Run("Events name each applied and staged change", func(t *testing.T) {
+		var reasons map[string]bool
+		waitCount(t, "Events recorded", func() bool {
+			evs, err := f.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=s1"})
+			if err != nil {
+				return false
+			}
+			reasons = map[string]bool{}
+			for _, e := range evs.Items {
+				reasons[e.Reason+": "+e.Message] = true
+			}
+			return reasons["Applied: machine.spec.nodeLabels applied live"] &&
+				reasons["Staged: machine.spec.network staged; it needs a reboot of its own"] &&
+				reasons["Staged: machine.spec.kernelArgs staged for the next boot"] &&
+				reasons["RestartedK3s: k3s restarted in place to apply its new configuration; pods kept running"] &&
+				reasons["Applied: cluster.spec.features.traefik applied by restarting k3s in place where its files changed"]
 		})
 	})
 

@@ -219,25 +219,25 @@ func (e *Env) startAPIServer(etcdURL string) error {
 	port := freePort()
 	e.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
 	e.apiserverArgs = []string{
-		"--etcd-servers="+etcdURL,
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
 		"--advertise-address=127.0.0.1",
 		// The API server refuses a loopback advertise address for the kubernetes Service's
 		// endpoints unless it does not reconcile them.
 		"--endpoint-reconciler-type=none",
-		"--cert-dir="+e.path("apiserver-certs"),
-		"--tls-cert-file="+e.path("pki", "serving.crt"),
-		"--tls-private-key-file="+e.path("pki", "serving.key"),
-		"--client-ca-file="+e.path("pki", "client-ca.crt"),
+		"--cert-dir=" + e.path("apiserver-certs"),
+		"--tls-cert-file=" + e.path("pki", "serving.crt"),
+		"--tls-private-key-file=" + e.path("pki", "serving.key"),
+		"--client-ca-file=" + e.path("pki", "client-ca.crt"),
 		// As k3s configures its API server (pkg/daemons/control/server.go).
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--anonymous-auth=false",
 		"--allow-privileged=true",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+e.path("pki", "sa.pub"),
-		"--service-account-signing-key-file="+e.path("pki", "sa.key"),
+		"--service-account-key-file=" + e.path("pki", "sa.pub"),
+		"--service-account-signing-key-file=" + e.path("pki", "sa.key"),
 		"--service-cluster-ip-range=10.43.0.0/16",
 		"--profiling=false",
 	}
