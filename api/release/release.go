@@ -1,0 +1,223 @@
+// Package release is the release document (release.json) and the channel index: the schema
+// shared by the release builder, the channel tools, the agent and install. A release is
+// pinned by its digest: "sha256:" and the hex SHA-256 of the exact bytes of release.json, so
+// every byte a machine runs is checked against the pin in the Cluster.
+package release
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Schema is the release document's schema identifier.
+const Schema = "liken.dev/release/v1"
+
+// DocumentName is the document's file name inside a release directory.
+const DocumentName = "release.json"
+
+// MaxDocumentSize bounds release.json: it is read before it can be checked.
+const MaxDocumentSize = 1 << 20
+
+// Document describes one release.
+type Document struct {
+	Schema string `json:"schema"`
+	// Version is the release's version, e.g. 2026.07.20-001 (date and sequence; sorts in
+	// release order as a string).
+	Version string `json:"version"`
+	// Created is when the release was built (from SOURCE_DATE_EPOCH, so rebuilding gives
+	// the same document).
+	Created    time.Time  `json:"created"`
+	Components Components `json:"components"`
+	// Files are every file of the release, in name order.
+	Files []File `json:"files"`
+}
+
+// Components are the versions inside a release.
+type Components struct {
+	Kernel Kernel `json:"kernel"`
+	K3s    K3s    `json:"k3s"`
+	Liken  Liken  `json:"liken"`
+}
+
+// Kernel is the Debian kernel package a release's kernel and modules come from.
+type Kernel struct {
+	Version string `json:"version"`
+	// Package is the .deb's file name and PackageSHA256 its hex SHA-256: Debian keeps only
+	// the newest kernel package, so the release records exactly which one it used.
+	Package       string `json:"package"`
+	PackageSHA256 string `json:"packageSHA256"`
+}
+
+// K3s is the k3s binary in the release.
+type K3s struct {
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+	// StandIn is true when the release carries liken's k3s stand-in instead of k3s: such a
+	// release is for tests only, and machines report it in status.
+	StandIn bool `json:"standIn"`
+}
+
+// Liken is liken's own version.
+type Liken struct {
+	Version string `json:"version"`
+}
+
+// Role says what a file is for.
+type Role string
+
+const (
+	RoleKernel     Role = "kernel"
+	RoleInitramfs  Role = "initramfs"
+	RoleRootfs     Role = "rootfs"
+	RoleBootloader Role = "bootloader"
+	RoleOther      Role = "other"
+)
+
+// File is one file of a release.
+type File struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Role   Role   `json:"role"`
+}
+
+var (
+	versionRE = regexp.MustCompile(`^[0-9]{4}\.[0-9]{2}\.[0-9]{2}-[0-9]{3}$`)
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	hexRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	digestRE  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+// ValidVersion reports whether v is a release version such as 2026.07.20-001.
+func ValidVersion(v string) bool { return versionRE.MatchString(v) }
+
+// ValidDigest reports whether d is "sha256:" and 64 lowercase hex digits.
+func ValidDigest(d string) bool { return digestRE.MatchString(d) }
+
+// Digest returns the digest of a release document's exact bytes.
+func Digest(doc []byte) string {
+	sum := sha256.Sum256(doc)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Parse checks doc against pin first, then decodes and validates it. Nothing in an unpinned
+// or mismatching document is ever read.
+func Parse(doc []byte, pin string) (*Document, error) {
+	if !ValidDigest(pin) {
+		return nil, fmt.Errorf("release pin %q is not a digest ('sha256:' and 64 hex digits): a release is used only when pinned", pin)
+	}
+	if got := Digest(doc); got != pin {
+		return nil, &MismatchError{File: DocumentName, Expected: pin, Actual: got}
+	}
+	return Decode(doc)
+}
+
+// Decode decodes and validates a document without a pin (for the tools that make pins).
+func Decode(doc []byte) (*Document, error) {
+	if len(doc) > MaxDocumentSize {
+		return nil, fmt.Errorf("release document is %d bytes, more than the %d allowed", len(doc), MaxDocumentSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	d := &Document{}
+	if err := dec.Decode(d); err != nil {
+		return nil, fmt.Errorf("release document is malformed: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("release document is malformed: data after the JSON object")
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Validate checks a document's fields.
+func (d *Document) Validate() error {
+	if d.Schema != Schema {
+		return fmt.Errorf("release document has schema %q; this liken reads %q", d.Schema, Schema)
+	}
+	if !ValidVersion(d.Version) {
+		return fmt.Errorf("release version %q is not of the form 2026.07.20-001", d.Version)
+	}
+	if len(d.Files) == 0 {
+		return errors.New("release document lists no files")
+	}
+	seen := map[string]bool{}
+	for i, f := range d.Files {
+		switch {
+		case !nameRE.MatchString(f.Name) || f.Name == DocumentName:
+			return fmt.Errorf("release file %d: name %q is not a plain file name (letters, digits, '.', '_', '-'; no '/', no '..')", i, f.Name)
+		case seen[f.Name]:
+			return fmt.Errorf("release file %q is listed twice", f.Name)
+		case f.Size < 0:
+			return fmt.Errorf("release file %q: negative size %d", f.Name, f.Size)
+		case !hexRE.MatchString(f.SHA256):
+			return fmt.Errorf("release file %q: sha256 %q is not 64 lowercase hex digits", f.Name, f.SHA256)
+		}
+		switch f.Role {
+		case RoleKernel, RoleInitramfs, RoleRootfs, RoleBootloader, RoleOther:
+		default:
+			return fmt.Errorf("release file %q: unknown role %q", f.Name, f.Role)
+		}
+		seen[f.Name] = true
+	}
+	return nil
+}
+
+// Marshal encodes a document canonically: indented, files in name order, a final newline.
+func (d *Document) Marshal() ([]byte, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// File returns the file with a role, or nil.
+func (d *Document) File(role Role) *File {
+	for i := range d.Files {
+		if d.Files[i].Role == role {
+			return &d.Files[i]
+		}
+	}
+	return nil
+}
+
+// MismatchError says which file did not match and how.
+type MismatchError struct {
+	File             string
+	Expected, Actual string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%s does not match its pin: expected %s, got %s", e.File, e.Expected, e.Actual)
+}
+
+// Index is a channel's index.json: the releases a channel offers.
+type Index struct {
+	Schema   string       `json:"schema"`
+	Releases []IndexEntry `json:"releases"`
+}
+
+// IndexSchema identifies the channel index schema.
+const IndexSchema = "liken.dev/channel/v1"
+
+// IndexName is the index's file name at a channel's root.
+const IndexName = "index.json"
+
+// IndexEntry is one release in a channel.
+type IndexEntry struct {
+	Version string    `json:"version"`
+	Digest  string    `json:"digest"`
+	Created time.Time `json:"created"`
+}

@@ -1,0 +1,336 @@
+// Package release fetches and verifies releases from a channel, publishes releases into a
+// channel, and (in the boot issue) builds them. Verification is streaming: each file is read
+// once, every byte hashed while it is written to its target, with bounded memory; a file that
+// does not match its release document is discarded and named in the error.
+package release
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	apirelease "liken.dev/liken/api/release"
+)
+
+// Progress is reported while files are fetched.
+type Progress struct {
+	File        string
+	Done, Total int64 // bytes of this file
+}
+
+// Fetcher fetches from a channel: an http://, https:// or file:// URL of a directory.
+type Fetcher struct {
+	// Client makes HTTP requests; nil means one with sane timeouts. Go's client stops
+	// after 10 redirects, which ends redirect loops.
+	Client *http.Client
+	// Retries bounds the attempts after a failure that may pass (a cut connection, a stall,
+	// a 5xx answer). Default 5.
+	Retries int
+	// Backoff is the first pause between attempts, doubled each time. Default 500ms.
+	Backoff time.Duration
+	// StallTimeout aborts an attempt that receives no byte for this long. Default 30s.
+	StallTimeout time.Duration
+	// Progress, when set, is called as bytes arrive (at most every BufferSize bytes).
+	Progress func(Progress)
+}
+
+const bufferSize = 1 << 20
+
+func (f *Fetcher) defaults() {
+	if f.Client == nil {
+		f.Client = &http.Client{Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
+		}}
+	}
+	if f.Retries == 0 {
+		f.Retries = 5
+	}
+	if f.Backoff == 0 {
+		f.Backoff = 500 * time.Millisecond
+	}
+	if f.StallTimeout == 0 {
+		f.StallTimeout = 30 * time.Second
+	}
+}
+
+// Document fetches a release's document and checks it against pin before parsing it.
+func (f *Fetcher) Document(ctx context.Context, channel, version, pin string) (*apirelease.Document, []byte, error) {
+	if !apirelease.ValidDigest(pin) {
+		return nil, nil, fmt.Errorf("release %s is not pinned: a release is fetched only with the digest of its release.json", version)
+	}
+	raw, err := f.Raw(ctx, channel, version+"/"+apirelease.DocumentName, apirelease.MaxDocumentSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc, err := apirelease.Parse(raw, pin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("release %s: %w", version, err)
+	}
+	if doc.Version != version {
+		return nil, nil, fmt.Errorf("release %s: its document says version %s", version, doc.Version)
+	}
+	return doc, raw, nil
+}
+
+// Raw fetches a small file of the channel (a document or the index), at most limit bytes.
+func (f *Fetcher) Raw(ctx context.Context, channel, rel string, limit int64) ([]byte, error) {
+	f.defaults()
+	var buf limitedBuffer
+	buf.limit = limit
+	if err := f.download(ctx, channel, rel, -1, &bufferSink{b: &buf}, nil); err != nil {
+		return nil, err
+	}
+	return buf.data, nil
+}
+
+// File fetches one file of a release into target, verifying size and SHA-256 as it streams.
+// On any mismatch the target is discarded and the error names the file, the expected and
+// the actual values.
+func (f *Fetcher) File(ctx context.Context, channel, version string, file apirelease.File, target Target) error {
+	f.defaults()
+	sink, err := target.Begin()
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", file.Name, err)
+	}
+	h := sha256.New()
+	err = f.download(ctx, channel, version+"/"+file.Name, file.Size, sink, h)
+	if err == nil {
+		if got := hex.EncodeToString(h.Sum(nil)); got != file.SHA256 {
+			err = &apirelease.MismatchError{File: file.Name, Expected: "sha256:" + file.SHA256, Actual: "sha256:" + got}
+		}
+	}
+	if err != nil {
+		if derr := sink.Discard(); derr != nil {
+			return fmt.Errorf("%w (and discarding the partial file failed: %v)", err, derr)
+		}
+		return err
+	}
+	return sink.Commit()
+}
+
+// Release fetches a pinned release: its document, then every file into the target targetFor
+// gives. It returns the document.
+func (f *Fetcher) Release(ctx context.Context, channel, version, pin string, targetFor func(apirelease.File) (Target, error)) (*apirelease.Document, error) {
+	doc, _, err := f.Document(ctx, channel, version, pin)
+	if err != nil {
+		return nil, err
+	}
+	for _, file := range doc.Files {
+		t, err := targetFor(file)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.File(ctx, channel, version, file, t); err != nil {
+			return nil, err
+		}
+	}
+	return doc, nil
+}
+
+// permanent marks failures that another attempt cannot fix.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// download streams rel into sink, resuming with HTTP ranges after a cut. size is the exact
+// size expected (-1: unknown, read to the end). h, when set, hashes every byte written.
+func (f *Fetcher) download(ctx context.Context, channel, rel string, size int64, sink Sink, h hash.Hash) error {
+	u, err := fileURL(channel, rel)
+	if err != nil {
+		return permanent{err}
+	}
+	var done int64
+	backoff := f.Backoff
+	var last error
+	for attempt := 0; attempt <= f.Retries; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff *= 2
+		}
+		n, err := f.attempt(ctx, u, rel, done, size, sink, h)
+		done += n
+		if err == nil {
+			return nil
+		}
+		last = err
+		var p permanent
+		if errors.As(err, &p) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("fetching %s: giving up after %d attempts: %w", rel, f.Retries+1, last)
+}
+
+// attempt makes one request from offset and copies what arrives, returning the bytes
+// written.
+func (f *Fetcher) attempt(ctx context.Context, u *url.URL, rel string, offset, size int64, sink Sink, h hash.Hash) (int64, error) {
+	body, err := f.open(ctx, u, rel, offset, size)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	buf := make([]byte, bufferSize)
+	var n int64
+	for {
+		m, rerr := body.Read(buf)
+		if m > 0 {
+			if size >= 0 && offset+n+int64(m) > size {
+				return n, permanent{fmt.Errorf("%s: the server sent more than the %d bytes the release document lists", rel, size)}
+			}
+			if _, err := sink.Write(buf[:m]); err != nil {
+				return n, permanent{fmt.Errorf("writing %s: %w", rel, err)}
+			}
+			if h != nil {
+				h.Write(buf[:m])
+			}
+			n += int64(m)
+			if f.Progress != nil {
+				f.Progress(Progress{File: path.Base(rel), Done: offset + n, Total: size})
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			if size >= 0 && offset+n < size {
+				return n, fmt.Errorf("%s: connection ended after %d of %d bytes", rel, offset+n, size)
+			}
+			return n, nil
+		}
+		if rerr != nil {
+			return n, fmt.Errorf("reading %s: %w", rel, rerr)
+		}
+	}
+}
+
+// open starts reading rel at offset: a local file for file:// channels, an HTTP request
+// (with a Range header when resuming) otherwise. The body aborts when it stalls.
+func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size int64) (io.ReadCloser, error) {
+	if u.Scheme == "file" {
+		fh, err := os.Open(u.Path)
+		if err != nil {
+			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
+		}
+		if _, err := fh.Seek(offset, io.SeekStart); err != nil {
+			fh.Close()
+			return nil, permanent{err}
+		}
+		return fh, nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	// The stall timer runs from the request on: a server that never answers stalls too.
+	timer := time.AfterFunc(f.StallTimeout, cancel)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		timer.Stop()
+		cancel()
+		return nil, permanent{err}
+	}
+	if offset > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+	}
+	resp, err := f.Client.Do(req)
+	if err != nil {
+		timer.Stop()
+		cancel()
+		if strings.Contains(err.Error(), "stopped after") {
+			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
+		}
+		return nil, fmt.Errorf("fetching %s: %w", rel, err)
+	}
+	stop := cancel
+	cancel = func() { timer.Stop(); stop() }
+	switch {
+	case offset > 0 && resp.StatusCode == http.StatusPartialContent:
+		if !strings.HasPrefix(resp.Header.Get("Content-Range"), fmt.Sprintf("bytes %d-", offset)) {
+			resp.Body.Close()
+			cancel()
+			return nil, permanent{fmt.Errorf("fetching %s: the server resumed at the wrong place (%s)", rel, resp.Header.Get("Content-Range"))}
+		}
+	case offset > 0 && resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+		resp.Body.Close()
+		cancel()
+		return nil, permanent{fmt.Errorf("%s: the server has only %d of %d bytes (truncated)", rel, offset, size)}
+	case offset > 0 && resp.StatusCode == http.StatusOK:
+		// No range support: an honest restart would need the target rewound; refuse rather
+		// than write the beginning twice.
+		resp.Body.Close()
+		cancel()
+		return nil, permanent{fmt.Errorf("fetching %s: the server cannot resume (no Range support) after %d bytes", rel, offset)}
+	case resp.StatusCode == http.StatusOK:
+	default:
+		resp.Body.Close()
+		cancel()
+		err := fmt.Errorf("fetching %s: %s", rel, resp.Status)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
+			return nil, err
+		}
+		return nil, permanent{err}
+	}
+	return &stallReader{body: resp.Body, cancel: cancel, timer: timer, timeout: f.StallTimeout}, nil
+}
+
+// stallReader cancels its request when no byte arrives for timeout.
+type stallReader struct {
+	body    io.ReadCloser
+	cancel  context.CancelFunc
+	timer   *time.Timer
+	timeout time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.body.Read(p)
+	if n > 0 {
+		s.timer.Reset(s.timeout)
+	}
+	return n, err
+}
+
+func (s *stallReader) Close() error {
+	s.timer.Stop()
+	s.cancel()
+	return s.body.Close()
+}
+
+func fileURL(channel, rel string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSuffix(channel, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("channel %q: %w", channel, err)
+	}
+	switch u.Scheme {
+	case "http", "https", "file":
+	default:
+		return nil, fmt.Errorf("channel %q: only http://, https:// and file:// channels are read", channel)
+	}
+	u.Path = u.Path + "/" + rel
+	return u, nil
+}
+
+type limitedBuffer struct {
+	data  []byte
+	limit int64
+}
+
+type bufferSink struct{ b *limitedBuffer }
+
+func (s *bufferSink) Write(p []byte) (int, error) {
+	if int64(len(s.b.data)+len(p)) > s.b.limit {
+		return 0, fmt.Errorf("more than %d bytes", s.b.limit)
+	}
+	s.b.data = append(s.b.data, p...)
+	return len(p), nil
+}
+func (s *bufferSink) Commit() error  { return nil }
+func (s *bufferSink) Discard() error { s.b.data = nil; return nil }

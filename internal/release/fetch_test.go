@@ -1,0 +1,308 @@
+package release
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apirelease "liken.dev/liken/api/release"
+)
+
+const version = "2026.07.20-001"
+
+// testRelease writes a channel with one release of two files and returns its directory and
+// the release's pin.
+func testRelease(t *testing.T, mutate func(d *apirelease.Document, files map[string][]byte)) (string, string) {
+	t.Helper()
+	files := map[string][]byte{
+		"vmlinuz":         bytes.Repeat([]byte("kernel-"), 50_000),
+		"rootfs.squashfs": bytes.Repeat([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 300_000),
+	}
+	d := &apirelease.Document{Schema: apirelease.Schema, Version: version, Created: time.Unix(1785000000, 0).UTC()}
+	for _, n := range []string{"rootfs.squashfs", "vmlinuz"} {
+		sum := sha256.Sum256(files[n])
+		role := apirelease.RoleRootfs
+		if n == "vmlinuz" {
+			role = apirelease.RoleKernel
+		}
+		d.Files = append(d.Files, apirelease.File{Name: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(sum[:]), Role: role})
+	}
+	if mutate != nil {
+		mutate(d, files)
+	}
+	dir := t.TempDir()
+	rel := filepath.Join(dir, version)
+	os.MkdirAll(rel, 0o755)
+	// Encoded without validation: the refusals below need invalid documents served.
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(rel, apirelease.DocumentName), b, 0o644)
+	for n, c := range files {
+		os.WriteFile(filepath.Join(rel, n), c, 0o644)
+	}
+	return dir, apirelease.Digest(b)
+}
+
+// fault makes the test server misbehave for one path.
+type fault struct {
+	status     int   // answer with this status
+	failTimes  int32 // only for the first N requests
+	cutAfter   int   // close the connection after this many body bytes (first request only)
+	stallAfter int   // stop sending after this many bytes (first request only)
+	redirect   bool  // redirect to itself forever
+	silent     bool  // never answer
+}
+
+type server struct {
+	*httptest.Server
+	mu       sync.Mutex
+	faults   map[string]*fault
+	requests map[string]*atomic.Int32
+	ranges   atomic.Int32
+}
+
+func newServer(t *testing.T, dir string) *server {
+	s := &server{faults: map[string]*fault{}, requests: map[string]*atomic.Int32{}}
+	files := http.FileServer(http.Dir(dir))
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		f := s.faults[r.URL.Path]
+		c := s.requests[r.URL.Path]
+		if c == nil {
+			c = &atomic.Int32{}
+			s.requests[r.URL.Path] = c
+		}
+		s.mu.Unlock()
+		n := c.Add(1)
+		if r.Header.Get("Range") != "" {
+			s.ranges.Add(1)
+		}
+		if f != nil {
+			switch {
+			case f.silent:
+				<-r.Context().Done()
+				return
+			case f.redirect:
+				http.Redirect(w, r, r.URL.Path, http.StatusFound)
+				return
+			case f.status != 0 && (f.failTimes == 0 || n <= f.failTimes):
+				http.Error(w, "injected", f.status)
+				return
+			case (f.cutAfter > 0 || f.stallAfter > 0) && n == 1:
+				b, _ := os.ReadFile(filepath.Join(dir, r.URL.Path))
+				w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+				w.WriteHeader(http.StatusOK)
+				if f.cutAfter > 0 {
+					w.Write(b[:f.cutAfter])
+					w.(http.Flusher).Flush()
+					conn, _, _ := w.(http.Hijacker).Hijack()
+					conn.Close()
+					return
+				}
+				w.Write(b[:f.stallAfter])
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+				return
+			}
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *server) inject(path string, f *fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults["/"+version+"/"+path] = f
+}
+
+func fetcher() *Fetcher {
+	return &Fetcher{Retries: 3, Backoff: 10 * time.Millisecond, StallTimeout: 300 * time.Millisecond}
+}
+
+func fetchAll(ctx context.Context, f *Fetcher, channel, pin, out string) error {
+	_, err := f.Release(ctx, channel, version, pin, func(file apirelease.File) (Target, error) {
+		return FileTarget{Path: filepath.Join(out, file.Name)}, nil
+	})
+	return err
+}
+
+func TestFetchGood(t *testing.T) {
+	dir, pin := testRelease(t, nil)
+	srv := newServer(t, dir)
+	for name, channel := range map[string]string{"http": srv.URL, "file": "file://" + dir} {
+		t.Run(name, func(t *testing.T) {
+			out := t.TempDir()
+			var reports atomic.Int32
+			f := fetcher()
+			f.Progress = func(Progress) { reports.Add(1) }
+			if err := fetchAll(t.Context(), f, channel, pin, out); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"vmlinuz", "rootfs.squashfs"} {
+				got, _ := os.ReadFile(filepath.Join(out, n))
+				want, _ := os.ReadFile(filepath.Join(dir, version, n))
+				if !bytes.Equal(got, want) {
+					t.Errorf("%s differs", n)
+				}
+			}
+			if reports.Load() == 0 {
+				t.Error("no progress reported")
+			}
+			entries, _ := os.ReadDir(out)
+			if len(entries) != 2 {
+				t.Errorf("target directory holds %d entries, want the 2 files", len(entries))
+			}
+		})
+	}
+}
+
+func TestFetchResumesAfterCutAndStall(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault *fault
+	}{
+		{"connection cut mid-file", &fault{cutAfter: 1_000_000}},
+		{"stall mid-file", &fault{stallAfter: 700_000}},
+		{"transient 500", &fault{status: 500, failTimes: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, pin := testRelease(t, nil)
+			srv := newServer(t, dir)
+			srv.inject("rootfs.squashfs", tc.fault)
+			out := t.TempDir()
+			if err := fetchAll(t.Context(), fetcher(), srv.URL, pin, out); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(filepath.Join(out, "rootfs.squashfs"))
+			want, _ := os.ReadFile(filepath.Join(dir, version, "rootfs.squashfs"))
+			if !bytes.Equal(got, want) {
+				t.Fatal("resumed file differs")
+			}
+			if tc.fault.status == 0 && srv.ranges.Load() == 0 {
+				t.Error("the fetch did not resume with a Range request")
+			}
+		})
+	}
+}
+
+func TestFetchRefuses(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*apirelease.Document, map[string][]byte)
+		fault   *fault // on rootfs.squashfs
+		pin     string // overrides the right pin
+		channel string // overrides the server URL
+		want    string
+	}{
+		{name: "wrong pin", pin: "sha256:" + strings.Repeat("ab", 32), want: "release.json does not match its pin"},
+		{name: "no pin", pin: "-", want: "is not pinned"},
+		{name: "one byte flipped", mutate: func(d *apirelease.Document, f map[string][]byte) { f["vmlinuz"][1000] ^= 1 },
+			want: "vmlinuz does not match its pin: expected sha256:"},
+		{name: "truncated file", mutate: func(d *apirelease.Document, f map[string][]byte) {
+			f["rootfs.squashfs"] = f["rootfs.squashfs"][:2_000_000]
+		}, want: "rootfs.squashfs: the server has only 2000000 of 3000000 bytes (truncated)"},
+		{name: "extra bytes", mutate: func(d *apirelease.Document, f map[string][]byte) {
+			f["vmlinuz"] = append(f["vmlinuz"], 'x')
+		}, want: "more than the 350000 bytes"},
+		{name: "size that lies", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Files[1].Size = 10 }, want: "more than the 10 bytes"},
+		{name: "missing file", mutate: func(d *apirelease.Document, f map[string][]byte) { delete(f, "vmlinuz") }, want: "404 Not Found"},
+		{name: "duplicate file names", mutate: func(d *apirelease.Document, f map[string][]byte) {
+			d.Files = append(d.Files, d.Files[0])
+		}, want: `release file "rootfs.squashfs" is listed twice`},
+		{name: "parent directory name", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Files[0].Name = "../etc" },
+			want: `name "../etc" is not a plain file name`},
+		{name: "absolute name", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Files[0].Name = "/etc/passwd" },
+			want: `name "/etc/passwd" is not a plain file name`},
+		{name: "unknown schema", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Schema = "liken.dev/release/v9" },
+			want: `schema "liken.dev/release/v9"`},
+		{name: "server 500", fault: &fault{status: 500}, want: "giving up after 4 attempts"},
+		{name: "server never answers", fault: &fault{silent: true}, want: "giving up after 4 attempts"},
+		{name: "redirect loop", fault: &fault{redirect: true}, want: "stopped after 10 redirects"},
+		{name: "not a channel URL", channel: "ftp://example.com", want: "only http://, https:// and file:// channels"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, pin := testRelease(t, tt.mutate)
+			srv := newServer(t, dir)
+			if tt.fault != nil {
+				srv.inject("rootfs.squashfs", tt.fault)
+			}
+			switch tt.pin {
+			case "":
+			case "-":
+				pin = ""
+			default:
+				pin = tt.pin
+			}
+			channel := srv.URL
+			if tt.channel != "" {
+				channel = tt.channel
+			}
+			out := t.TempDir()
+			err := fetchAll(t.Context(), fetcher(), channel, pin, out)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+			// Nothing of a refused file is left: no partial, no file.
+			entries, _ := os.ReadDir(out)
+			for _, e := range entries {
+				if strings.Contains(e.Name(), "partial") {
+					t.Errorf("partial file left behind: %s", e.Name())
+				}
+			}
+		})
+	}
+}
+
+func TestMalformedDocument(t *testing.T) {
+	for name, doc := range map[string]string{
+		"not JSON":       "{",
+		"unknown field":  `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","files":[],"extra":1}`,
+		"no files":       `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[]}`,
+		"trailing data":  `{"schema":"liken.dev/release/v1"} {}`,
+		"bad version":    `{"schema":"liken.dev/release/v1","version":"latest","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[{"name":"a","size":1,"sha256":"` + strings.Repeat("0", 64) + `","role":"other"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := apirelease.Parse([]byte(doc), apirelease.Digest([]byte(doc))); err == nil {
+				t.Errorf("accepted: %s", doc)
+			}
+		})
+	}
+}
+
+func TestDeviceTargetRefusesDeviceInUse(t *testing.T) {
+	// A regular file stands for a free device; a mounted loop device for one in use.
+	img := filepath.Join(t.TempDir(), "slot.img")
+	os.WriteFile(img, make([]byte, 4<<20), 0o644)
+	s, err := DeviceTarget{Path: img}.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte("partial"))
+	if err := s.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(img)
+	if !bytes.Equal(b[:7], make([]byte, 7)) {
+		t.Errorf("a discarded device write was not invalidated")
+	}
+	if err := mountedLoopRefused(t, img); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,130 @@
+package release
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Target is where a fetched file goes.
+type Target interface {
+	// Begin opens the target for writing from its start, refusing a target in use.
+	Begin() (Sink, error)
+}
+
+// Sink receives a file's bytes in order.
+type Sink interface {
+	Write(p []byte) (int, error)
+	// Commit makes the verified bytes durable and visible.
+	Commit() error
+	// Discard throws away what was written (the file did not verify).
+	Discard() error
+}
+
+// FileTarget writes a regular file: into a temporary file beside it, renamed over Path only
+// once every byte verified, so the file at Path (perhaps in use) is never written in place.
+type FileTarget struct {
+	Path string
+	Mode os.FileMode
+}
+
+// Begin implements Target.
+func (t FileTarget) Begin() (Sink, error) {
+	if err := os.MkdirAll(filepath.Dir(t.Path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(t.Path), "."+filepath.Base(t.Path)+".partial-*")
+	if err != nil {
+		return nil, err
+	}
+	mode := t.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	return &fileSink{f: f, path: t.Path, mode: mode}, nil
+}
+
+type fileSink struct {
+	f    *os.File
+	path string
+	mode os.FileMode
+}
+
+func (s *fileSink) Write(p []byte) (int, error) { return s.f.Write(p) }
+
+func (s *fileSink) Commit() error {
+	if err := s.f.Chmod(s.mode); err != nil {
+		s.Discard()
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		s.Discard()
+		return fmt.Errorf("syncing %s: %w", s.path, err)
+	}
+	if err := s.f.Close(); err != nil {
+		os.Remove(s.f.Name())
+		return err
+	}
+	if err := os.Rename(s.f.Name(), s.path); err != nil {
+		os.Remove(s.f.Name())
+		return err
+	}
+	d, err := os.Open(filepath.Dir(s.path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (s *fileSink) Discard() error {
+	s.f.Close()
+	if err := os.Remove(s.f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// DeviceTarget writes a block device (a slot partition) from its first byte. Opening it
+// with O_EXCL fails while the kernel holds it (mounted, or part of another device), so a
+// slot in use is never written. A file that does not verify has the device's first MiB
+// zeroed, so nothing takes the partial copy for a release.
+type DeviceTarget struct {
+	Path string
+}
+
+// Begin implements Target.
+func (t DeviceTarget) Begin() (Sink, error) {
+	fd, err := unix.Open(t.Path, unix.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EBUSY) {
+		return nil, fmt.Errorf("%s is in use (mounted or held): refusing to write it", t.Path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", t.Path, err)
+	}
+	return &deviceSink{f: os.NewFile(uintptr(fd), t.Path)}, nil
+}
+
+type deviceSink struct{ f *os.File }
+
+func (s *deviceSink) Write(p []byte) (int, error) { return s.f.Write(p) }
+
+func (s *deviceSink) Commit() error {
+	if err := s.f.Sync(); err != nil {
+		s.f.Close()
+		return fmt.Errorf("syncing %s: %w", s.f.Name(), err)
+	}
+	return s.f.Close()
+}
+
+func (s *deviceSink) Discard() error {
+	defer s.f.Close()
+	zero := make([]byte, 1<<20)
+	if _, err := s.f.WriteAt(zero, 0); err != nil {
+		return fmt.Errorf("invalidating %s: %w", s.f.Name(), err)
+	}
+	return s.f.Sync()
+}
