@@ -32,7 +32,7 @@ var commands = []command{
 	{name: "validate", summary: "check Cluster and Machine manifests with the API's own rules", run: runValidate},
 	{name: "crds", summary: "print liken's CustomResourceDefinitions (kubectl apply -f -)", run: runCRDs},
 	{name: "layer", summary: "build a deployment layer from a Cluster and Machine manifests", issue: "#4"},
-	{name: "release", summary: "build, publish, pin and verify releases (build|publish|pin|verify)", issue: "#4, #5"},
+	{name: "release", summary: "publish, pin and verify releases (publish|pin|verify; build arrives with #5)", run: runRelease},
 	{name: "install", summary: "write a release and a layer to a disk or disk image", issue: "#5"},
 	{name: "status", summary: "show the fleet: versions, pending changes, reboot turns", issue: "reboot coordination"},
 	{name: "upgrade", summary: "set the Cluster's spec.version to a pinned release", issue: "reboot coordination"},
@@ -44,6 +44,9 @@ var commands = []command{
 
 // errUsage marks an error in the command line itself.
 var errUsage = errors.New("usage")
+
+// errUnavailable marks a planned part of a command that is not built yet.
+var errUnavailable = errors.New("not yet available")
 
 // Run runs liken with args (without the program name) and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -66,6 +69,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		switch {
 		case err == nil:
 			return exitOK
+		case errors.Is(err, errUnavailable):
+			fmt.Fprintf(stderr, "liken %s: %v\n", c.name, err)
+			return exitUnavailable
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "liken %s: %v\n", c.name, err)
 			return exitUsage

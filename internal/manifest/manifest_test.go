@@ -156,3 +156,44 @@ func TestUpdateEnforcesTransitions(t *testing.T) {
 		t.Errorf("an unchanged object is refused: %v", errs.ToAggregate())
 	}
 }
+
+func TestSetReleasePin(t *testing.T) {
+	v, _ := NewValidator()
+	dir := t.TempDir()
+	p := write(t, dir, "c.yaml", "# the fleet\n"+cluster+"  # keep me\n  rebootPolicy: Manual\n---\n"+machine("a", "52:54:00:00:00:01", ""))
+	d := "sha256:" + strings.Repeat("ab", 32)
+	if err := SetReleasePin(v, p, "2026.08.01-001", d); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	for _, want := range []string{"# the fleet", "# keep me", `"2026.08.01-001": ` + d, "kind: Machine"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("after pinning, the file lacks %q:\n%s", want, b)
+		}
+	}
+	docs, err := Load(p)
+	if err != nil || len(docs) != 2 {
+		t.Fatalf("re-reading: %v, %d docs", err, len(docs))
+	}
+	if res := CheckSet(v, docs); !res.OK() || string(res.Cluster.Spec.Releases["2026.08.01-001"]) != d || res.Cluster.Spec.Releases["2026.07.20-001"] == "" {
+		t.Errorf("pins after writing: %+v %v", res.Cluster.Spec.Releases, res.SetErrors)
+	}
+	// Re-pinning an existing version replaces its digest.
+	d2 := "sha256:" + strings.Repeat("cd", 32)
+	if err := SetReleasePin(v, p, "2026.08.01-001", d2); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(p)
+	if strings.Contains(string(b), d) || !strings.Contains(string(b), d2) {
+		t.Errorf("re-pin did not replace the digest:\n%s", b)
+	}
+	// An invalid result is never written.
+	before, _ := os.ReadFile(p)
+	if err := SetReleasePin(v, p, "latest", d); err == nil || !strings.Contains(err.Error(), "would be invalid") {
+		t.Errorf("pinning an invalid version: %v", err)
+	}
+	after, _ := os.ReadFile(p)
+	if string(before) != string(after) {
+		t.Errorf("a refused pin changed the file")
+	}
+}

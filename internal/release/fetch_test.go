@@ -272,11 +272,11 @@ func TestFetchRefuses(t *testing.T) {
 
 func TestMalformedDocument(t *testing.T) {
 	for name, doc := range map[string]string{
-		"not JSON":       "{",
-		"unknown field":  `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","files":[],"extra":1}`,
-		"no files":       `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[]}`,
-		"trailing data":  `{"schema":"liken.dev/release/v1"} {}`,
-		"bad version":    `{"schema":"liken.dev/release/v1","version":"latest","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[{"name":"a","size":1,"sha256":"` + strings.Repeat("0", 64) + `","role":"other"}]}`,
+		"not JSON":      "{",
+		"unknown field": `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","files":[],"extra":1}`,
+		"no files":      `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[]}`,
+		"trailing data": `{"schema":"liken.dev/release/v1"} {}`,
+		"bad version":   `{"schema":"liken.dev/release/v1","version":"latest","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[{"name":"a","size":1,"sha256":"` + strings.Repeat("0", 64) + `","role":"other"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := apirelease.Parse([]byte(doc), apirelease.Digest([]byte(doc))); err == nil {

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apirelease "liken.dev/liken/api/release"
+)
+
+// makeRelease writes a release directory with one file and returns it.
+func makeRelease(t *testing.T, version, content string) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rootfs.squashfs"), []byte(content), 0o644)
+	sum := sha256.Sum256([]byte(content))
+	d := apirelease.Document{Schema: apirelease.Schema, Version: version, Created: time.Unix(1785000000, 0).UTC(),
+		Files: []apirelease.File{{Name: "rootfs.squashfs", Size: int64(len(content)), SHA256: hex.EncodeToString(sum[:]), Role: apirelease.RoleRootfs}}}
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, apirelease.DocumentName), b, 0o644)
+	return dir
+}
+
+func TestReleasePublishPinVerify(t *testing.T) {
+	channel := t.TempDir()
+	rel := makeRelease(t, "2026.08.01-001", strings.Repeat("liken", 1000))
+	code, out, errOut := run(t, "release", "publish", "--channel", channel, rel)
+	if code != exitOK || !strings.HasPrefix(out, "published sha256:") {
+		t.Fatalf("publish: %d %s %s", code, out, errOut)
+	}
+	digest := strings.TrimSpace(strings.TrimPrefix(out, "published "))
+	// Publishing the same release again changes nothing; a different one of that version is refused.
+	if code, _, errOut := run(t, "release", "publish", "--channel", channel, rel); code != exitOK {
+		t.Errorf("re-publishing the same release: %s", errOut)
+	}
+	other := makeRelease(t, "2026.08.01-001", "different")
+	if code, _, errOut := run(t, "release", "publish", "--channel", channel, other); code != exitFailed || !strings.Contains(errOut, "never changes") {
+		t.Errorf("publishing a different release under a published version: %d %s", code, errOut)
+	}
+	var idx apirelease.Index
+	b, _ := os.ReadFile(filepath.Join(channel, apirelease.IndexName))
+	if err := json.Unmarshal(b, &idx); err != nil || len(idx.Releases) != 1 || idx.Releases[0].Digest != digest {
+		t.Errorf("index = %+v, %v", idx, err)
+	}
+
+	srv := httptest.NewServer(http.FileServer(http.Dir(channel)))
+	defer srv.Close()
+	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
+	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
+	os.WriteFile(cluster, ex, 0o644)
+	for _, url := range []string{"file://" + channel, srv.URL} {
+		code, out, errOut := run(t, "release", "pin", "--channel", url, "--version", "2026.08.01-001", "--cluster", cluster)
+		if code != exitOK || !strings.Contains(out, "2026.08.01-001 "+digest) {
+			t.Fatalf("pin from %s: %d %s %s", url, code, out, errOut)
+		}
+	}
+	if code, out, errOut := run(t, "validate", cluster); code != exitOK {
+		t.Errorf("the pinned Cluster no longer validates: %s %s", out, errOut)
+	}
+	code, out, errOut = run(t, "release", "verify", "--channel", srv.URL, "--version", "2026.08.01-001", "--cluster", cluster)
+	if code != exitOK || !strings.Contains(out, "every byte matches "+digest) || !strings.Contains(errOut, "100%") {
+		t.Errorf("verify: %d %s %s", code, out, errOut)
+	}
+	// A flipped byte in the channel is caught.
+	f := filepath.Join(channel, "2026.08.01-001", "rootfs.squashfs")
+	c, _ := os.ReadFile(f)
+	c[10] ^= 1
+	os.WriteFile(f, c, 0o644)
+	code, _, errOut = run(t, "release", "verify", "--channel", srv.URL, "--version", "2026.08.01-001", "--pin", digest)
+	if code != exitFailed || !strings.Contains(errOut, "rootfs.squashfs does not match its pin") {
+		t.Errorf("verify of a tampered release: %d %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "release", "build"); code != exitUnavailable || !strings.Contains(errOut, "not yet available") {
+		t.Errorf("release build: %d %s", code, errOut)
+	}
+}
