@@ -27,10 +27,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"liken.dev/liken/config/crd"
+	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/pki"
 )
 
@@ -39,6 +38,10 @@ type Options struct {
 	// ControllerManager also starts kube-controller-manager (PodDisruptionBudget status,
 	// garbage collection, namespace deletion, ...).
 	ControllerManager bool
+	// ServerCA and ClientCA, when set, are used instead of fresh ones: the API server's
+	// serving certificate is signed by ServerCA and client certificates by ClientCA (as
+	// with a cluster identity made by liken layer).
+	ServerCA, ClientCA *pki.CA
 }
 
 // Timings are how long start-up took, for the printed figures.
@@ -119,6 +122,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			e.stop(false)
 		}
 	}()
+	e.serverCA, e.clientCA = opts.ServerCA, opts.ClientCA
 	if err := e.writePKI(); err != nil {
 		return nil, err
 	}
@@ -157,11 +161,15 @@ func (e *Env) path(parts ...string) string {
 
 func (e *Env) writePKI() error {
 	var err error
-	if e.serverCA, err = pki.NewCA("liken-test-server-ca", 24*time.Hour); err != nil {
-		return err
+	if e.serverCA == nil {
+		if e.serverCA, err = pki.NewCA("liken-test-server-ca", 24*time.Hour); err != nil {
+			return err
+		}
 	}
-	if e.clientCA, err = pki.NewCA("liken-test-client-ca", 24*time.Hour); err != nil {
-		return err
+	if e.clientCA == nil {
+		if e.clientCA, err = pki.NewCA("liken-test-client-ca", 24*time.Hour); err != nil {
+			return err
+		}
 	}
 	serving, err := e.serverCA.ServingCert("kube-apiserver", []string{"localhost", "kubernetes", "kubernetes.default.svc"},
 		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.43.0.1")}, 24*time.Hour)
@@ -394,12 +402,11 @@ func (e *Env) UserConfig(user string, groups ...string) (*rest.Config, error) {
 
 // WriteKubeconfig writes cfg (host, CA, client certificate) as a kubeconfig file.
 func WriteKubeconfig(path string, cfg *rest.Config) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["liken"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "user"}
-	kc.CurrentContext = "liken"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	b, err := kubeconfig.Render(cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
 	}
 	return nil
@@ -408,7 +415,12 @@ func WriteKubeconfig(path string, cfg *rest.Config) error {
 // Kubectl runs the built kubectl as admin and returns its standard output; a non-zero exit
 // is an error carrying its standard error.
 func (e *Env) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(e.Bin, "kubectl"), append([]string{"--kubeconfig=" + e.AdminKubeconfig}, args...)...)
+	return e.KubectlWith(ctx, e.AdminKubeconfig, args...)
+}
+
+// KubectlWith runs the built kubectl with another kubeconfig.
+func (e *Env) KubectlWith(ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.Bin, "kubectl"), append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
