@@ -30,8 +30,9 @@ generate: ## Regenerate deepcopy, CRDs and the API reference.
 tools: ## Build the upstream test binaries (kube-apiserver, etcd, ...) into test/tools/bin.
 	test/tools/build.sh
 
-examples: build ## Validate the example manifests with the API's own rules.
+examples: deps build ## Validate the example manifests with the API's own rules and build their deployment layers.
 	bin/liken validate docs/examples
+	bin/liken layer --cluster docs/examples/cluster.yaml --machines docs/examples --out out/example-layer
 
 test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
 	@start=$$(date +%s); \

@@ -31,7 +31,7 @@ type command struct {
 var commands = []command{
 	{name: "validate", summary: "check Cluster and Machine manifests with the API's own rules", run: runValidate},
 	{name: "crds", summary: "print liken's CustomResourceDefinitions (kubectl apply -f -)", run: runCRDs},
-	{name: "layer", summary: "build a deployment layer from a Cluster and Machine manifests", issue: "#4"},
+	{name: "layer", summary: "build the deployment layers from a Cluster and Machine manifests", run: runLayer},
 	{name: "release", summary: "publish, pin and verify releases (publish|pin|verify; build arrives with #5)", run: runRelease},
 	{name: "install", summary: "write a release and a layer to a disk or disk image", issue: "#5"},
 	{name: "status", summary: "show the fleet: versions, pending changes, reboot turns", issue: "reboot coordination"},

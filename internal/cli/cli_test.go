@@ -74,3 +74,25 @@ func TestCRDsPrintsBoth(t *testing.T) {
 		t.Errorf("crds: exit %d, output lacks a CRD", code)
 	}
 }
+
+func TestLayer(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	ex := filepath.Join("..", "..", "docs", "examples")
+	code, stdout, errOut := run(t, "layer", "--cluster", filepath.Join(ex, "cluster.yaml"), "--machines", ex, "--out", out)
+	if code != exitOK {
+		t.Fatalf("layer: %d %s", code, errOut)
+	}
+	for _, want := range []string{"server layer: ", "agent layer: ", "admin kubeconfig: ", "identity"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("layer output lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, f := range []string{"server.layer", "agent.layer", "admin.kubeconfig", "identity/server-ca.key"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+	if code, _, _ := run(t, "layer", "--cluster", filepath.Join(ex, "cluster.yaml")); code != exitUsage {
+		t.Errorf("layer without --machines exited %d", code)
+	}
+}

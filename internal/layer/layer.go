@@ -27,9 +27,9 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/config/crd"
-	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/manifest"
 )
 
