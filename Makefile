@@ -9,6 +9,7 @@ export LIKEN_TEST_REPORT := $(CURDIR)/.test-report
 bench: ## Run the benchmarks (figures, never pass/fail on time).
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'LiveChange' -benchtime 100x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|p50-ms'
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'AgentIdle' -benchtime 1x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|rss-MiB'
+	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'VerifiedDownload' -benchtime 1x ./internal/release/ 2>&1 | grep -E '^(ok|FAIL|---)|throughput-ratio'
 
 clean-report:
 	@rm -f $(LIKEN_TEST_REPORT)

@@ -31,6 +31,7 @@ import (
 	"liken.dev/liken/config/crd"
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/pki"
+	"liken.dev/liken/test/report"
 )
 
 // Options choose what runs besides etcd and kube-apiserver.
@@ -501,27 +502,5 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-var errNoReport = errors.New("no report file")
-
-// Report appends a line to the figures `make test` prints at the end (the file named by
-// LIKEN_TEST_REPORT), and to standard error when there is none.
-func Report(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
-	if err := appendReport(line); err != nil {
-		fmt.Fprintln(os.Stderr, line)
-	}
-}
-
-func appendReport(line string) error {
-	path := os.Getenv("LIKEN_TEST_REPORT")
-	if path == "" {
-		return errNoReport
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = fmt.Fprintln(f, line)
-	return err
-}
+// Report records a figure for `make test` to print (see test/report).
+func Report(format string, args ...any) { report.Line(format, args...) }
