@@ -145,11 +145,16 @@ func fetchAll(ctx context.Context, f *Fetcher, channel, pin, out string) error {
 func TestFetchGood(t *testing.T) {
 	dir, pin := testRelease(t, nil)
 	srv := newServer(t, dir)
-	for name, channel := range map[string]string{"http": srv.URL, "file": "file://" + dir} {
+	tlsSrv := httptest.NewTLSServer(http.FileServer(http.Dir(dir)))
+	defer tlsSrv.Close()
+	for name, channel := range map[string]string{"http": srv.URL, "https": tlsSrv.URL, "file": "file://" + dir} {
 		t.Run(name, func(t *testing.T) {
 			out := t.TempDir()
 			var reports atomic.Int32
 			f := fetcher()
+			if name == "https" {
+				f.Client = tlsSrv.Client() // trusts the test server's certificate
+			}
 			f.Progress = func(Progress) { reports.Add(1) }
 			if err := fetchAll(t.Context(), f, channel, pin, out); err != nil {
 				t.Fatal(err)
