@@ -22,17 +22,21 @@ type Paths struct {
 	Registries string // k3s --private-registry
 	// RegistryFiles holds CA certificates and client keys named by registries.yaml.
 	RegistryFiles string
-	TokenFile     string
-	DataDir       string
+	// TokenFile holds this machine's join token (the server token on servers, the agent
+	// token on agents); AgentTokenFile, on servers only, the agent token they accept.
+	TokenFile      string
+	AgentTokenFile string
+	DataDir        string
 }
 
 // DefaultPaths are k3s's defaults, with liken's token file on the state partition.
 var DefaultPaths = Paths{
-	Config:        "/etc/rancher/k3s/config.yaml",
-	Registries:    "/etc/rancher/k3s/registries.yaml",
-	RegistryFiles: "/etc/rancher/k3s/registry-files",
-	TokenFile:     "/var/lib/liken/token",
-	DataDir:       "/var/lib/rancher/k3s",
+	Config:         "/etc/rancher/k3s/config.yaml",
+	Registries:     "/etc/rancher/k3s/registries.yaml",
+	RegistryFiles:  "/etc/rancher/k3s/registry-files",
+	TokenFile:      "/var/lib/liken/token",
+	AgentTokenFile: "/var/lib/liken/agent-token",
+	DataDir:        "/var/lib/rancher/k3s",
 }
 
 // Input is everything the rendering depends on.
@@ -102,6 +106,9 @@ func Render(in Input) (Output, error) {
 		if f.SecretsEncryption != nil && *f.SecretsEncryption {
 			cfg["secrets-encryption"] = true
 		}
+		// Agents join with their own token ("K10<ca-hash>::node:<password>"), so an agent's
+		// credentials never let it join as a server.
+		setIf(cfg, "agent-token-file", p.AgentTokenFile)
 		// A quoted string: yaml.v2 would read 0600 as an octal number.
 		cfg["write-kubeconfig-mode"] = "0600"
 	case v1alpha1.RoleAgent:

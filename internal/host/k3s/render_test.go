@@ -60,6 +60,7 @@ func TestRenderServer(t *testing.T) {
 		"private-registry": DefaultPaths.Registries, "cluster-init": true,
 		"cluster-cidr": "10.42.0.0/16", "service-cidr": "10.43.0.0/16", "cluster-dns": "10.43.0.10", "cluster-domain": "cluster.local",
 		"flannel-backend": "vxlan", "embedded-registry": true, "write-kubeconfig-mode": "0600",
+		"agent-token-file": DefaultPaths.AgentTokenFile,
 	}
 	for k, v := range want {
 		if cfg[k] != v {
