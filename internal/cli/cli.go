@@ -32,7 +32,7 @@ var commands = []command{
 	{name: "validate", summary: "check Cluster and Machine manifests with the API's own rules", run: runValidate},
 	{name: "crds", summary: "print liken's CustomResourceDefinitions (kubectl apply -f -)", run: runCRDs},
 	{name: "layer", summary: "build the deployment layers from a Cluster and Machine manifests", run: runLayer},
-	{name: "release", summary: "publish, pin and verify releases (publish|pin|verify; build arrives with #5)", run: runRelease},
+	{name: "release", summary: "build, publish, pin and verify releases (build|publish|pin|verify)", run: runRelease},
 	{name: "install", summary: "write a release and a layer to a disk or disk image", issue: "#5"},
 	{name: "status", summary: "show the fleet: versions, pending changes, reboot turns", issue: "reboot coordination"},
 	{name: "upgrade", summary: "set the Cluster's spec.version to a pinned release", issue: "reboot coordination"},

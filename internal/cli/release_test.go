@@ -80,7 +80,7 @@ func TestReleasePublishPinVerify(t *testing.T) {
 	if code != exitFailed || !strings.Contains(errOut, "rootfs.squashfs does not match its pin") {
 		t.Errorf("verify of a tampered release: %d %s", code, errOut)
 	}
-	if code, _, errOut := run(t, "release", "build"); code != exitUnavailable || !strings.Contains(errOut, "not yet available") {
-		t.Errorf("release build: %d %s", code, errOut)
+	if code, _, _ := run(t, "release", "build", "--version", "2026.08.01-001"); code != exitUsage {
+		t.Errorf("release build without --out exited %d", code)
 	}
 }

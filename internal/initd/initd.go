@@ -1,0 +1,235 @@
+// Package initd is liken's init, PID 1 on every machine, in two stages. In the initramfs it
+// mounts the kernel's filesystems, loads the boot modules (Debian's kernel builds in no
+// storage or filesystem driver), finds the slot's root image, mounts it read-only and
+// switches into it. In the booted system it will set the machine up from the deployment
+// layer and supervise k3s and the agent; that stage is being built (issue #5) and says so.
+package initd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"liken.dev/liken/internal/kmod"
+)
+
+// Paths inside the initramfs and the root image.
+const (
+	BootModulesList = "/etc/liken/boot-modules" // one file per line, relative to ModulesDir
+	VersionFile     = "/etc/liken/version"
+	KernelRelease   = "/etc/liken/kernel-release"
+	newRoot         = "/newroot"
+)
+
+// Cmdline is the kernel command line's liken.* parameters.
+type Cmdline map[string]string
+
+// ParseCmdline reads key=value words; a bare word is "true".
+func ParseCmdline(s string) Cmdline {
+	c := Cmdline{}
+	for _, w := range strings.Fields(s) {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok {
+			v = "true"
+		}
+		c[k] = v
+	}
+	return c
+}
+
+// Main runs init; it never returns on success.
+func Main() {
+	log := io.Writer(os.Stdout)
+	var err error
+	if os.Getenv("LIKEN_STAGE") == "system" {
+		err = systemStage(log)
+	} else {
+		err = initramfsStage(log)
+	}
+	fmt.Fprintf(log, "liken-init: %v\n", err)
+	// PID 1 must not exit (the kernel would panic and, with panic=N, reboot); a failed
+	// boot is left to the watchdog and the trial protocol.
+	fmt.Fprintln(log, "liken-init: boot failed; waiting for the watchdog or an operator")
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+func uptime() string {
+	b, _ := os.ReadFile("/proc/uptime")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0] + "s"
+}
+
+func initramfsStage(log io.Writer) error {
+	for _, m := range []struct{ src, dst, fs string }{
+		{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"tmpfs", "/run", "tmpfs"},
+	} {
+		os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	krel, _ := os.ReadFile(KernelRelease)
+	version, _ := os.ReadFile(VersionFile)
+	fmt.Fprintf(log, "liken-init: initramfs stage at %s, release %s, kernel %s\n", uptime(), strings.TrimSpace(string(version)), strings.TrimSpace(string(krel)))
+	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
+	cmd := ParseCmdline(string(cmdlineRaw))
+	if err := loadModules(log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), BootModulesList); err != nil {
+		return err
+	}
+	root := cmd["liken.root"]
+	if root == "" {
+		return errors.New("no liken.root= on the kernel command line: the boot loader names the slot to boot")
+	}
+	dev, err := waitForDevice(root, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	os.MkdirAll(newRoot, 0o755)
+	if err := unix.Mount(dev, newRoot, "squashfs", unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mounting the root image %s: %w", dev, err)
+	}
+	fmt.Fprintf(log, "liken-init: mounted root image %s (%s) read-only at %s\n", dev, root, uptime())
+	return switchRoot(newRoot, "/sbin/init")
+}
+
+func loadModules(log io.Writer, dir, list string) error {
+	f, err := os.Open(list)
+	if err != nil {
+		return fmt.Errorf("reading the module list: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	n := 0
+	start := time.Now()
+	for sc.Scan() {
+		file := strings.TrimSpace(sc.Text())
+		if file == "" {
+			continue
+		}
+		if err := kmod.Load(dir, file, ""); err != nil {
+			// One module failing (hardware absent) must not stop the boot.
+			fmt.Fprintf(log, "liken-init: %v\n", err)
+			continue
+		}
+		n++
+	}
+	fmt.Fprintf(log, "liken-init: loaded %d modules in %s\n", n, time.Since(start).Round(time.Millisecond))
+	return sc.Err()
+}
+
+// waitForDevice resolves PARTLABEL=name (a GPT partition name) or a /dev path, waiting for
+// the kernel to find the disk.
+func waitForDevice(spec string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if label, ok := strings.CutPrefix(spec, "PARTLABEL="); ok {
+			if dev := findPartLabel(label); dev != "" {
+				return dev, nil
+			}
+		} else if _, err := os.Stat(spec); err == nil {
+			return spec, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the root device %s did not appear within %s", spec, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func findPartLabel(label string) string {
+	entries, _ := os.ReadDir("/sys/class/block")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/sys/class/block", e.Name(), "uevent"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l == "PARTNAME="+label {
+				return "/dev/" + e.Name()
+			}
+		}
+	}
+	return ""
+}
+
+// switchRoot moves the kernel filesystems into root, makes root "/", and executes init
+// there as PID 1. The initramfs is the kernel's rootfs and cannot be unmounted or
+// pivoted away from; its files are deleted to free their memory (u-root's switch_root
+// does the same).
+func switchRoot(root, init string) error {
+	for _, m := range []string{"/dev", "/proc", "/sys", "/run"} {
+		os.MkdirAll(filepath.Join(root, m), 0o755)
+		if err := unix.Mount(m, filepath.Join(root, m), "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("moving %s into the root image: %w", m, err)
+		}
+	}
+	freeInitramfs(root)
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the root image to /: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return err
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	env := append(os.Environ(), "LIKEN_STAGE=system")
+	return fmt.Errorf("executing %s: %w", init, syscall.Exec(init, []string{init}, env))
+}
+
+// freeInitramfs deletes the initramfs's own files, staying on its device.
+func freeInitramfs(keep string) {
+	var st unix.Stat_t
+	if unix.Stat("/", &st) != nil {
+		return
+	}
+	dev := st.Dev
+	filepath.Walk("/", func(p string, info os.FileInfo, err error) error {
+		if err != nil || p == "/" {
+			return nil
+		}
+		if p == keep {
+			return filepath.SkipDir
+		}
+		var s unix.Stat_t
+		if unix.Lstat(p, &s) != nil || s.Dev != dev {
+			return filepath.SkipDir
+		}
+		if !info.IsDir() {
+			os.Remove(p)
+		}
+		return nil
+	})
+}
+
+func systemStage(log io.Writer) error {
+	version, _ := os.ReadFile(VersionFile)
+	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", uptime(), strings.TrimSpace(string(version)))
+	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
+	cmd := ParseCmdline(string(cmdlineRaw))
+	if _, err := os.Stat("/usr/bin/liken-agent"); err != nil {
+		return fmt.Errorf("the root image lacks liken-agent: %w", err)
+	}
+	if cmd["liken.test"] == "poweroff" {
+		fmt.Fprintln(log, "liken-init: test boot complete; powering off")
+		unix.Sync()
+		return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	}
+	return errors.New("the system stage (state partition, deployment layer, k3s supervision) is not built yet: it arrives with issue #5")
+}

@@ -1,0 +1,330 @@
+package release
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/cpio"
+)
+
+// BootModules are loaded by init in the initramfs: disks, filesystems and watchdogs. The
+// Debian kernel builds none of them in.
+var BootModules = []string{
+	"virtio_pci", "virtio_blk", "virtio_scsi", "virtio_rng", "nvme", "ahci", "sd_mod",
+	"squashfs", "ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "loop",
+	"efivarfs", "i6300esb", "softdog",
+}
+
+// SystemModules are in the root image for the booted system and k3s (k3s modprobes some of
+// them itself; init preloads them).
+var SystemModules = []string{
+	"overlay", "br_netfilter", "veth", "vxlan", "nf_conntrack", "nf_nat", "nf_tables", "nft_compat",
+	"nft_chain_nat", "ip_tables", "iptable_nat", "iptable_filter", "iptable_mangle", "ip6_tables",
+	"ip6table_nat", "ip6table_filter", "ip6table_mangle", "xt_addrtype", "xt_conntrack", "xt_comment",
+	"xt_multiport", "xt_statistic", "xt_mark", "xt_MASQUERADE", "xt_nat", "xt_REDIRECT", "ipt_REJECT",
+	"ip6t_REJECT", "ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "bonding", "8021q", "virtio_net",
+	"e1000", "e1000e", "igb", "ixgbe", "r8169", "tg3",
+}
+
+// BuildOptions are the inputs of a release; equal inputs give byte-identical outputs.
+type BuildOptions struct {
+	Version string
+	// Source is the liken module's directory; its commands are built from it.
+	Source string
+	// KernelDeb is the linux-image .deb (empty: the current one, through apt, cached in
+	// KernelCache).
+	KernelDeb, KernelCache string
+	// K3s is the k3s binary and K3sVersion its version; with StandIn, liken's k3s
+	// stand-in is built instead and the release says so.
+	K3s, K3sVersion string
+	StandIn         bool
+	// Epoch is every timestamp in the release (SOURCE_DATE_EPOCH).
+	Epoch time.Time
+	Out   string
+	Log   io.Writer
+}
+
+// Build assembles a release into opts.Out: vmlinuz, initramfs.img, rootfs.squashfs and
+// release.json. It returns the document's digest.
+func Build(opts BuildOptions) (string, *apirelease.Document, error) {
+	if !apirelease.ValidVersion(opts.Version) {
+		return "", nil, fmt.Errorf("release version %q is not of the form 2026.07.20-001", opts.Version)
+	}
+	if (opts.K3s == "") == !opts.StandIn {
+		return "", nil, errors.New("give exactly one of --k3s PATH (real k3s) or --k3s-stand-in (tests only)")
+	}
+	log := opts.Log
+	if log == nil {
+		log = io.Discard
+	}
+	step := func(format string, args ...any) { fmt.Fprintf(log, "release build: "+format+"\n", args...) }
+	work, err := os.MkdirTemp("", "liken-release-")
+	if err != nil {
+		return "", nil, err
+	}
+	defer os.RemoveAll(work)
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return "", nil, err
+	}
+
+	deb, err := FindKernelDeb(opts.KernelDeb, opts.KernelCache)
+	if err != nil {
+		return "", nil, err
+	}
+	step("kernel package %s", filepath.Base(deb))
+	k, err := UnpackKernelDeb(deb, filepath.Join(work, "kernel"))
+	if err != nil {
+		return "", nil, err
+	}
+	step("kernel %s unpacked, modules indexed", k.Version)
+
+	bin := filepath.Join(work, "bin")
+	cmds := []string{"liken-init", "liken-agent"}
+	if opts.StandIn {
+		cmds = append(cmds, "k3s-standin")
+	}
+	for _, c := range cmds {
+		step("building %s", c)
+		if err := goBuild(opts.Source, "./cmd/"+c, filepath.Join(bin, c)); err != nil {
+			return "", nil, err
+		}
+	}
+	k3sPath, k3sVersion := opts.K3s, opts.K3sVersion
+	if opts.StandIn {
+		k3sPath, k3sVersion = filepath.Join(bin, "k3s-standin"), "stand-in"
+	}
+	k3sSum, err := fileSHA256(k3sPath)
+	if err != nil {
+		return "", nil, fmt.Errorf("k3s binary: %w", err)
+	}
+	likenVersion := sourceVersion(opts.Source)
+
+	step("initramfs")
+	initrd, err := buildInitramfs(k, filepath.Join(bin, "liken-init"), opts.Version)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.WriteFile(filepath.Join(opts.Out, "initramfs.img"), initrd, 0o644); err != nil {
+		return "", nil, err
+	}
+	step("root image (mksquashfs)")
+	if err := buildRootfs(k, bin, k3sPath, opts, filepath.Join(work, "rootfs"), filepath.Join(opts.Out, "rootfs.squashfs")); err != nil {
+		return "", nil, err
+	}
+	os.Remove(filepath.Join(opts.Out, "vmlinuz"))
+	if err := copyFile(k.Vmlinuz(), filepath.Join(opts.Out, "vmlinuz")); err != nil {
+		return "", nil, err
+	}
+	doc := &apirelease.Document{
+		Schema: apirelease.Schema, Version: opts.Version, Created: opts.Epoch.UTC(),
+		Components: apirelease.Components{
+			Kernel: apirelease.Kernel{Version: k.Version, Package: k.Package, PackageSHA256: k.PackageSHA256},
+			K3s:    apirelease.K3s{Version: k3sVersion, SHA256: k3sSum, StandIn: opts.StandIn},
+			Liken:  apirelease.Liken{Version: likenVersion},
+		},
+	}
+	for _, f := range []struct {
+		name string
+		role apirelease.Role
+	}{{"initramfs.img", apirelease.RoleInitramfs}, {"rootfs.squashfs", apirelease.RoleRootfs}, {"vmlinuz", apirelease.RoleKernel}} {
+		p := filepath.Join(opts.Out, f.name)
+		sum, err := fileSHA256(p)
+		if err != nil {
+			return "", nil, err
+		}
+		st, _ := os.Stat(p)
+		doc.Files = append(doc.Files, apirelease.File{Name: f.name, Size: st.Size(), SHA256: sum, Role: f.role})
+		step("%-16s %9d bytes", f.name, st.Size())
+	}
+	raw, err := doc.Marshal()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.WriteFile(filepath.Join(opts.Out, apirelease.DocumentName), raw, 0o644); err != nil {
+		return "", nil, err
+	}
+	return apirelease.Digest(raw), doc, nil
+}
+
+// goBuild builds a static, reproducible binary: no cgo (the image has no libc), no paths,
+// no build ID, no VCS stamp.
+func goBuild(source, pkg, out string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", out, pkg)
+	cmd.Dir = source
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, b)
+	}
+	return nil
+}
+
+// sourceVersion is the source's commit, "-dirty" when it has uncommitted changes.
+func sourceVersion(dir string) string {
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	v := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		v += "-dirty"
+	}
+	return v
+}
+
+// buildInitramfs makes the initramfs: init, the boot modules and their list, /dev/console.
+func buildInitramfs(k *Kernel, initBin, version string) ([]byte, error) {
+	files, err := k.Resolve(BootModules...)
+	if err != nil {
+		return nil, err
+	}
+	initData, err := os.ReadFile(initBin)
+	if err != nil {
+		return nil, err
+	}
+	modRoot := "lib/modules/" + k.Version
+	type file struct {
+		mode uint32
+		data []byte
+	}
+	entries := map[string]file{
+		"init":                     {cpio.ModeRegular | 0o755, initData},
+		"etc/liken/boot-modules":   {cpio.ModeRegular | 0o644, []byte(strings.Join(files, "\n") + "\n")},
+		"etc/liken/version":        {cpio.ModeRegular | 0o644, []byte(version + "\n")},
+		"etc/liken/kernel-release": {cpio.ModeRegular | 0o644, []byte(k.Version + "\n")},
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(k.ModulesDir(), f))
+		if err != nil {
+			return nil, err
+		}
+		entries[modRoot+"/"+f] = file{cpio.ModeRegular | 0o644, b}
+	}
+	dirs := map[string]bool{"dev": true, "proc": true, "sys": true, "run": true, "newroot": true}
+	for name := range entries {
+		for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	var names []string
+	for d := range dirs {
+		names = append(names, d)
+	}
+	for n := range entries {
+		names = append(names, n)
+	}
+	sort.Strings(names) // parents sort before children
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	w := cpio.NewWriter(gz)
+	for _, n := range names {
+		if dirs[n] {
+			if err := w.Write(cpio.Entry{Name: n, Mode: cpio.ModeDir | 0o755}); err != nil {
+				return nil, err
+			}
+			if n == "dev" {
+				// Init's first output needs a console before devtmpfs is mounted.
+				if err := w.Write(cpio.Entry{Name: "dev/console", Mode: cpio.ModeChar | 0o600, RdevMajor: 5, RdevMinor: 1}); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if err := w.Write(cpio.Entry{Name: n, Mode: entries[n].mode, Data: entries[n].data}); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// buildRootfs stages the root image and packs it with mksquashfs, reproducibly.
+func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) error {
+	files, err := k.Resolve(append(append([]string{}, BootModules...), SystemModules...)...)
+	if err != nil {
+		return err
+	}
+	put := func(rel string, src string, mode os.FileMode) error {
+		dst := filepath.Join(stage, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(src, dst); err != nil {
+			return err
+		}
+		return os.Chmod(dst, mode)
+	}
+	write := func(rel string, data []byte) error {
+		dst := filepath.Join(stage, rel)
+		os.MkdirAll(filepath.Dir(dst), 0o755)
+		return os.WriteFile(dst, data, 0o644)
+	}
+	for _, p := range []struct{ rel, src string }{
+		{"sbin/init", filepath.Join(bin, "liken-init")},
+		{"usr/bin/liken-agent", filepath.Join(bin, "liken-agent")},
+		{"usr/bin/k3s", k3sPath},
+	} {
+		if err := put(p.rel, p.src, 0o755); err != nil {
+			return err
+		}
+	}
+	modRoot := filepath.Join("lib", "modules", k.Version)
+	for _, f := range files {
+		if err := put(filepath.Join(modRoot, f), filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, meta := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+		if _, err := os.Stat(filepath.Join(k.ModulesDir(), meta)); err == nil {
+			if err := put(filepath.Join(modRoot, meta), filepath.Join(k.ModulesDir(), meta), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	// modprobe (k3s runs it) reads depmod's index of exactly the modules present.
+	if err := depmod(stage, k.Version); err != nil {
+		return err
+	}
+	ca := "/etc/ssl/certs/ca-certificates.crt"
+	if err := put("etc/ssl/certs/ca-certificates.crt", ca, 0o644); err != nil {
+		return fmt.Errorf("CA certificates (from %s): %w", ca, err)
+	}
+	if err := write("etc/os-release", []byte(fmt.Sprintf("NAME=liken\nID=liken\nVERSION_ID=%s\nPRETTY_NAME=\"liken %s\"\n", opts.Version, opts.Version))); err != nil {
+		return err
+	}
+	if err := write("etc/liken/version", []byte(opts.Version+"\n")); err != nil {
+		return err
+	}
+	if err := write("etc/liken/kernel-release", []byte(k.Version+"\n")); err != nil {
+		return err
+	}
+	if err := write("etc/liken/system-modules", []byte(strings.Join(files, "\n")+"\n")); err != nil {
+		return err
+	}
+	for _, d := range []string{"dev", "proc", "sys", "run", "tmp", "var", "mnt", "etc/rancher", "root"} {
+		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
+			return err
+		}
+	}
+	os.Remove(out)
+	cmd := exec.Command("mksquashfs", stage, out, "-noappend", "-all-root", "-no-xattrs", "-comp", "zstd", "-quiet", "-no-progress")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", opts.Epoch.Unix()))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mksquashfs: %w: %s", err, b)
+	}
+	return nil
+}

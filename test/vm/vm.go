@@ -1,0 +1,219 @@
+// Package vm boots liken's own images in QEMU for the VM test tier. KVM does not work on
+// liken's build machines, so QEMU emulates the CPU (TCG): a boot takes seconds, not
+// milliseconds, and tests wait with generous deadlines. The serial console is the test's
+// window into the machine: it is captured whole and searched for markers init prints.
+package vm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/release"
+)
+
+// Options describe one machine.
+type Options struct {
+	Kernel, Initrd, Append string
+	// Disks are attached as virtio disks in order (/dev/vda, /dev/vdb, ...).
+	Disks []Disk
+	// MemoryMiB defaults to 1024.
+	MemoryMiB int
+	// Log receives the serial console as it arrives (besides the capture).
+	Log io.Writer
+}
+
+// Disk is a disk image.
+type Disk struct {
+	Path     string
+	ReadOnly bool
+}
+
+// VM is a running QEMU.
+type VM struct {
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	console bytes.Buffer
+	changed chan struct{}
+	done    chan struct{}
+	err     error
+	start   time.Time
+}
+
+// Boot starts QEMU.
+func Boot(opts Options) (*VM, error) {
+	if opts.MemoryMiB == 0 {
+		opts.MemoryMiB = 1024
+	}
+	args := []string{
+		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", fmt.Sprint(opts.MemoryMiB),
+		"-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot",
+		"-kernel", opts.Kernel, "-initrd", opts.Initrd, "-append", opts.Append,
+	}
+	for _, d := range opts.Disks {
+		spec := "file=" + d.Path + ",format=raw,if=virtio"
+		if d.ReadOnly {
+			spec += ",readonly=on"
+		}
+		args = append(args, "-drive", spec)
+	}
+	v := &VM{changed: make(chan struct{}, 1), done: make(chan struct{}), start: time.Now()}
+	v.cmd = exec.Command("qemu-system-x86_64", args...)
+	out := io.Writer(consoleWriter{v})
+	if opts.Log != nil {
+		out = io.MultiWriter(out, opts.Log)
+	}
+	v.cmd.Stdout, v.cmd.Stderr = out, out
+	if err := v.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting qemu-system-x86_64: %w", err)
+	}
+	go func() {
+		v.err = v.cmd.Wait()
+		close(v.done)
+	}()
+	return v, nil
+}
+
+type consoleWriter struct{ v *VM }
+
+func (w consoleWriter) Write(p []byte) (int, error) {
+	w.v.mu.Lock()
+	w.v.console.Write(p)
+	w.v.mu.Unlock()
+	select {
+	case w.v.changed <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// Console returns everything the serial console printed so far.
+func (v *VM) Console() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.console.String()
+}
+
+// WaitFor waits until the console shows marker, and returns the time since boot.
+func (v *VM) WaitFor(ctx context.Context, marker string, timeout time.Duration) (time.Duration, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		if strings.Contains(v.Console(), marker) {
+			return time.Since(v.start), nil
+		}
+		select {
+		case <-v.changed:
+		case <-v.done:
+			if strings.Contains(v.Console(), marker) {
+				return time.Since(v.start), nil
+			}
+			return 0, fmt.Errorf("the machine stopped (%v) before printing %q", v.err, marker)
+		case <-deadline.C:
+			return 0, fmt.Errorf("no %q on the console within %s", marker, timeout)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Wait waits for QEMU to exit (a power-off) and returns the time since boot.
+func (v *VM) Wait(timeout time.Duration) (time.Duration, error) {
+	select {
+	case <-v.done:
+		return time.Since(v.start), v.err
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("the machine did not power off within %s", timeout)
+	}
+}
+
+// Kill stops QEMU at once: a power cut.
+func (v *VM) Kill() {
+	v.cmd.Process.Kill()
+	<-v.done
+}
+
+// Release is a release built for the VM tests.
+type Release struct {
+	Dir    string
+	Digest string
+	Doc    *apirelease.Document
+	// Took is how long the build took.
+	Took time.Duration
+}
+
+var (
+	buildOnce sync.Once
+	built     *Release
+	buildErr  error
+)
+
+// BuildRelease builds a release with the k3s stand-in from this source tree, once per test
+// binary, into a temporary directory.
+func BuildRelease(version string) (*Release, error) {
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		source := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "liken-vm-release-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cache, _ := os.UserCacheDir()
+		start := time.Now()
+		digest, doc, err := release.Build(release.BuildOptions{
+			Version: version, Source: source, StandIn: true, Out: dir,
+			KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
+		})
+		built, buildErr = &Release{Dir: dir, Digest: digest, Doc: doc, Took: time.Since(start)}, err
+	})
+	return built, buildErr
+}
+
+// Path returns a file of the release.
+func (r *Release) Path(name string) string { return filepath.Join(r.Dir, name) }
+
+// GPTDisk makes a disk image of sizeMiB with one partition per entry (in order, 1 MiB
+// aligned), each named by its label and filled from its image (when set), without loop
+// devices: sgdisk writes the table, dd the contents.
+func GPTDisk(path string, sizeMiB int, parts []Partition) error {
+	if err := exec.Command("truncate", "-s", fmt.Sprintf("%dM", sizeMiB), path).Run(); err != nil {
+		return fmt.Errorf("truncate: %w", err)
+	}
+	args := []string{"--clear"}
+	for i, p := range parts {
+		n := i + 1
+		args = append(args, fmt.Sprintf("--new=%d:0:+%dM", n, p.SizeMiB), fmt.Sprintf("--change-name=%d:%s", n, p.Label))
+	}
+	args = append(args, path)
+	if out, err := exec.Command("sgdisk", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("sgdisk: %w: %s", err, out)
+	}
+	offset := 1 // MiB: sgdisk aligns the first partition at 2048 sectors
+	for _, p := range parts {
+		if p.Image != "" {
+			out, err := exec.Command("dd", "if="+p.Image, "of="+path, "bs=1M", fmt.Sprintf("seek=%d", offset), "conv=notrunc", "status=none").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("dd %s: %w: %s", p.Image, err, out)
+			}
+		}
+		offset += p.SizeMiB
+	}
+	return nil
+}
+
+// Partition is one partition of a GPTDisk.
+type Partition struct {
+	Label   string
+	SizeMiB int
+	Image   string
+}
