@@ -7,6 +7,10 @@ missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
+# The release build downloads the current Debian kernel with apt-get: it needs package lists.
+if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
+	apt-get update -qq
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing ${missing[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
