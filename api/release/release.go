@@ -76,6 +76,9 @@ const (
 	RoleInitramfs  Role = "initramfs"
 	RoleRootfs     Role = "rootfs"
 	RoleBootloader Role = "bootloader"
+	// RoleSlot is a slot image: a FAT filesystem holding everything one release boots
+	// (vmlinuz, initramfs.img, rootfs.squashfs), written whole onto a slot partition.
+	RoleSlot Role = "slot"
 	RoleOther      Role = "other"
 )
 
@@ -162,7 +165,7 @@ func (d *Document) Validate() error {
 			return fmt.Errorf("release file %q: sha256 %q is not 64 lowercase hex digits", f.Name, f.SHA256)
 		}
 		switch f.Role {
-		case RoleKernel, RoleInitramfs, RoleRootfs, RoleBootloader, RoleOther:
+		case RoleKernel, RoleInitramfs, RoleRootfs, RoleBootloader, RoleSlot, RoleOther:
 		default:
 			return fmt.Errorf("release file %q: unknown role %q", f.Name, f.Role)
 		}

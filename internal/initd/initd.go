@@ -27,6 +27,8 @@ const (
 	VersionFile     = "/etc/liken/version"
 	KernelRelease   = "/etc/liken/kernel-release"
 	newRoot         = "/newroot"
+	// slotDir is under /run so that it moves into the booted system with /run.
+	slotDir = "/run/liken/slot"
 )
 
 // Cmdline is the kernel command line's liken.* parameters.
@@ -97,11 +99,22 @@ func initramfsStage(log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	os.MkdirAll(newRoot, 0o755)
-	if err := unix.Mount(dev, newRoot, "squashfs", unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("mounting the root image %s: %w", dev, err)
+	// The slot is a FAT filesystem with the release's files; the root image inside it is
+	// attached to a loop device. Both stay mounted read-only while the system runs, so the
+	// running slot is in use and can never be written.
+	os.MkdirAll(slotDir, 0o755)
+	if err := unix.Mount(dev, slotDir, "vfat", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, "utf8=0"); err != nil {
+		return fmt.Errorf("mounting the slot %s: %w", dev, err)
 	}
-	fmt.Fprintf(log, "liken-init: mounted root image %s (%s) read-only at %s\n", dev, root, uptime())
+	loop, err := attachLoop(filepath.Join(slotDir, "rootfs.squashfs"))
+	if err != nil {
+		return err
+	}
+	os.MkdirAll(newRoot, 0o755)
+	if err := unix.Mount(loop, newRoot, "squashfs", unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mounting the root image from %s: %w", loop, err)
+	}
+	fmt.Fprintf(log, "liken-init: mounted root image from slot %s (%s) read-only at %s\n", dev, root, uptime())
 	return switchRoot(newRoot, "/sbin/init")
 }
 
@@ -232,4 +245,43 @@ func systemStage(log io.Writer) error {
 		return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	}
 	return errors.New("the system stage (state partition, deployment layer, k3s supervision) is not built yet: it arrives with issue #5")
+}
+
+// attachLoop attaches file read-only to a free loop device and returns the device.
+func attachLoop(file string) (string, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("opening /dev/loop-control: %w", err)
+	}
+	defer ctl.Close()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return "", fmt.Errorf("finding a free loop device: %w", err)
+	}
+	dev := fmt.Sprintf("/dev/loop%d", n)
+	backing, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("opening the root image: %w", err)
+	}
+	defer backing.Close()
+	var lf *os.File
+	for i := 0; i < 50; i++ { // devtmpfs creates the node as the device appears
+		if lf, err = os.OpenFile(dev, os.O_RDONLY, 0); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", dev, err)
+	}
+	defer lf.Close()
+	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(backing.Fd())); err != nil {
+		return "", fmt.Errorf("attaching the root image to %s: %w", dev, err)
+	}
+	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY}
+	copy(info.File_name[:], "rootfs.squashfs")
+	if err := unix.IoctlLoopSetStatus64(int(lf.Fd()), &info); err != nil {
+		return "", fmt.Errorf("configuring %s: %w", dev, err)
+	}
+	return dev, nil
 }

@@ -125,6 +125,10 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	if err := copyFile(k.Vmlinuz(), filepath.Join(opts.Out, "vmlinuz")); err != nil {
 		return "", nil, err
 	}
+	step("slot image")
+	if err := buildSlot(opts.Out, opts.Epoch); err != nil {
+		return "", nil, err
+	}
 	doc := &apirelease.Document{
 		Schema: apirelease.Schema, Version: opts.Version, Created: opts.Epoch.UTC(),
 		Components: apirelease.Components{
@@ -133,19 +137,19 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 			Liken:  apirelease.Liken{Version: likenVersion},
 		},
 	}
-	for _, f := range []struct {
-		name string
-		role apirelease.Role
-	}{{"initramfs.img", apirelease.RoleInitramfs}, {"rootfs.squashfs", apirelease.RoleRootfs}, {"vmlinuz", apirelease.RoleKernel}} {
-		p := filepath.Join(opts.Out, f.name)
-		sum, err := fileSHA256(p)
-		if err != nil {
-			return "", nil, err
-		}
-		st, _ := os.Stat(p)
-		doc.Files = append(doc.Files, apirelease.File{Name: f.name, Size: st.Size(), SHA256: sum, Role: f.role})
-		step("%-16s %9d bytes", f.name, st.Size())
+	for _, name := range SlotFiles {
+		st, _ := os.Stat(filepath.Join(opts.Out, name))
+		step("%-16s %9d bytes (in the slot image)", name, st.Size())
 	}
+	// The slot image is the release's one file: a machine writes it whole, verified as it
+	// streams, onto its inactive slot partition.
+	sum, err := fileSHA256(filepath.Join(opts.Out, SlotImage))
+	if err != nil {
+		return "", nil, err
+	}
+	st, _ := os.Stat(filepath.Join(opts.Out, SlotImage))
+	doc.Files = []apirelease.File{{Name: SlotImage, Size: st.Size(), SHA256: sum, Role: apirelease.RoleSlot}}
+	step("%-16s %9d bytes", SlotImage, st.Size())
 	raw, err := doc.Marshal()
 	if err != nil {
 		return "", nil, err
@@ -325,6 +329,48 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", opts.Epoch.Unix()))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w: %s", err, b)
+	}
+	return nil
+}
+
+// SlotImage is the release's slot image; SlotFiles are the files in it, which the boot
+// loader and init read from the slot partition.
+const SlotImage = "slot.img"
+
+var SlotFiles = []string{"vmlinuz", "initramfs.img", "rootfs.squashfs"}
+
+// buildSlot makes the FAT32 slot image holding SlotFiles, reproducibly (mkfs.vfat
+// --invariant; mtools takes file times from SOURCE_DATE_EPOCH).
+func buildSlot(out string, epoch time.Time) error {
+	var total int64
+	for _, f := range SlotFiles {
+		st, err := os.Stat(filepath.Join(out, f))
+		if err != nil {
+			return err
+		}
+		total += st.Size()
+	}
+	// Room for FAT tables and cluster slack; FAT32 needs at least 33 MiB.
+	mib := total>>20 + 8
+	if mib < 40 {
+		mib = 40
+	}
+	img := filepath.Join(out, SlotImage)
+	os.Remove(img)
+	env := append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
+	mkfs := exec.Command("mkfs.vfat", "-F", "32", "--invariant", "-n", "LIKEN-SLOT", "-C", img, fmt.Sprint(mib*1024))
+	mkfs.Env = env
+	if b, err := mkfs.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.vfat: %w: %s", err, b)
+	}
+	args := []string{"-i", img}
+	for _, f := range SlotFiles {
+		args = append(args, filepath.Join(out, f))
+	}
+	mcopy := exec.Command("mcopy", append(args, "::/")...)
+	mcopy.Env = env
+	if b, err := mcopy.CombinedOutput(); err != nil {
+		return fmt.Errorf("mcopy: %w: %s", err, b)
 	}
 	return nil
 }

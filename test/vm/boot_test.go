@@ -11,7 +11,7 @@ import (
 )
 
 // TestBootToSystemStage boots the release's kernel and initramfs in QEMU with a GPT disk
-// whose slot partition holds the root image: init loads the boot modules, finds the slot by
+// whose slot partition holds the release's slot image: init loads the boot modules, finds the slot by
 // its partition label, mounts the image read-only, switches into it and reaches the system
 // stage, which powers off in test mode.
 func TestBootToSystemStage(t *testing.T) {
@@ -19,15 +19,17 @@ func TestBootToSystemStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := os.Stat(rel.Path("rootfs.squashfs"))
+	st, _ := os.Stat(rel.Path("slot.img"))
 	sizes := map[string]int64{}
 	for _, f := range rel.Doc.Files {
 		sizes[f.Name] = f.Size
 	}
-	report.Line("release build (stand-in k3s): %s; vmlinuz %d, initramfs %d, rootfs %d bytes", rel.Took.Round(time.Second), sizes["vmlinuz"], sizes["initramfs.img"], sizes["rootfs.squashfs"])
+	file := func(n string) int64 { st, _ := os.Stat(rel.Path(n)); return st.Size() }
+	report.Line("release build (stand-in k3s): %s; slot image %d bytes holding vmlinuz %d, initramfs %d, rootfs %d bytes",
+		rel.Took.Round(time.Second), sizes["slot.img"], file("vmlinuz"), file("initramfs.img"), file("rootfs.squashfs"))
 	disk := filepath.Join(t.TempDir(), "disk.img")
 	slotMiB := int(st.Size()>>20) + 8
-	if err := GPTDisk(disk, 2*slotMiB+8, []Partition{{Label: "liken-slot-a", SizeMiB: slotMiB, Image: rel.Path("rootfs.squashfs")}, {Label: "liken-slot-b", SizeMiB: slotMiB}}); err != nil {
+	if err := GPTDisk(disk, 2*slotMiB+8, []Partition{{Label: "liken-slot-a", SizeMiB: slotMiB, Image: rel.Path("slot.img")}, {Label: "liken-slot-b", SizeMiB: slotMiB}}); err != nil {
 		t.Fatal(err)
 	}
 	var console strings.Builder
@@ -49,7 +51,7 @@ func TestBootToSystemStage(t *testing.T) {
 		v.Kill()
 		t.Fatal(err)
 	}
-	mounted, err := v.WaitFor(t.Context(), "mounted root image /dev/vda1 (PARTLABEL=liken-slot-a) read-only", 90*time.Second)
+	mounted, err := v.WaitFor(t.Context(), "mounted root image from slot /dev/vda1 (PARTLABEL=liken-slot-a) read-only", 90*time.Second)
 	if err != nil {
 		v.Kill()
 		t.Fatal(err)
