@@ -78,8 +78,8 @@ const (
 	RoleBootloader Role = "bootloader"
 	// RoleSlot is a slot image: a FAT filesystem holding everything one release boots
 	// (vmlinuz, initramfs.img, rootfs.squashfs), written whole onto a slot partition.
-	RoleSlot Role = "slot"
-	RoleOther      Role = "other"
+	RoleSlot  Role = "slot"
+	RoleOther Role = "other"
 )
 
 // File is one file of a release.
