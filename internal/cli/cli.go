@@ -33,7 +33,7 @@ var commands = []command{
 	{name: "crds", summary: "print liken's CustomResourceDefinitions (kubectl apply -f -)", run: runCRDs},
 	{name: "layer", summary: "build the deployment layers from a Cluster and Machine manifests", run: runLayer},
 	{name: "release", summary: "build, publish, pin and verify releases (build|publish|pin|verify)", run: runRelease},
-	{name: "install", summary: "write a release and a layer to a disk or disk image", issue: "#5"},
+	{name: "install", summary: "write a release and a layer to a disk or disk image", run: runInstall},
 	{name: "status", summary: "show the fleet: versions, pending changes, reboot turns", issue: "reboot coordination"},
 	{name: "upgrade", summary: "set the Cluster's spec.version to a pinned release", issue: "reboot coordination"},
 	{name: "rollback", summary: "move the fleet or one machine back to an earlier pinned release", issue: "reboot coordination"},

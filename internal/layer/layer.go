@@ -48,7 +48,10 @@ type Index struct {
 	CAHash string `json:"caHash"`
 	// Machines are the machines whose credentials this layer carries.
 	Machines []string `json:"machines"`
-	Files    []File   `json:"files"`
+	// Machine, set by install, binds the layer to the machine it was installed for: init
+	// uses it when no Machine's hardware match fits.
+	Machine string `json:"machine,omitempty"`
+	Files   []File `json:"files"`
 }
 
 // File is one entry of a layer.
@@ -333,4 +336,34 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Narrow returns the layer for one machine, as install writes it to that machine's disk: only
+// that machine's credential, and the machine's name bound in the index.
+func Narrow(data []byte, machine string) ([]byte, *Index, error) {
+	idx, files, err := Read(bytes.NewReader(data), DefaultLimits)
+	if err != nil {
+		return nil, nil, err
+	}
+	found := false
+	for _, m := range idx.Machines {
+		found = found || m == machine
+	}
+	if !found {
+		return nil, nil, fmt.Errorf("the %s layer has no credential for machine %q (it has %s): is %q a %s?", idx.Role, machine, strings.Join(idx.Machines, ", "), machine, idx.Role)
+	}
+	keep := map[string]entry{}
+	for _, f := range idx.Files {
+		if strings.HasPrefix(f.Name, CredentialsDir+"/") && !strings.HasPrefix(f.Name, CredentialsDir+"/"+machine+".") {
+			continue
+		}
+		keep[f.Name] = entry{files[f.Name], f.Mode}
+	}
+	narrowed := Index{Schema: Schema, Role: idx.Role, CAHash: idx.CAHash, Machines: []string{machine}, Machine: machine}
+	b, err := pack(narrowed, keep)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, _, err := Read(bytes.NewReader(b), DefaultLimits)
+	return b, out, err
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/cpio"
 )
 
@@ -150,6 +151,17 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	st, _ := os.Stat(filepath.Join(opts.Out, SlotImage))
 	doc.Files = []apirelease.File{{Name: SlotImage, Size: st.Size(), SHA256: sum, Role: apirelease.RoleSlot}}
 	step("%-16s %9d bytes", SlotImage, st.Size())
+	// GRUB goes on the ESP, shared by both slots; install writes it, upgrades leave it.
+	efi := filepath.Join(opts.Out, BootloaderImage)
+	if err := bootloader.BuildEFI(efi, work); err != nil {
+		return "", nil, err
+	}
+	if sum, err = fileSHA256(efi); err != nil {
+		return "", nil, err
+	}
+	st, _ = os.Stat(efi)
+	doc.Files = append([]apirelease.File{{Name: BootloaderImage, Size: st.Size(), SHA256: sum, Role: apirelease.RoleBootloader}}, doc.Files...)
+	step("%-16s %9d bytes", BootloaderImage, st.Size())
 	raw, err := doc.Marshal()
 	if err != nil {
 		return "", nil, err
@@ -336,6 +348,9 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 // SlotImage is the release's slot image; SlotFiles are the files in it, which the boot
 // loader and init read from the slot partition.
 const SlotImage = "slot.img"
+
+// BootloaderImage is GRUB's EFI image in a release.
+const BootloaderImage = "bootx64.efi"
 
 var SlotFiles = []string{"vmlinuz", "initramfs.img", "rootfs.squashfs"}
 

@@ -128,3 +128,59 @@ func (s *deviceSink) Discard() error {
 	}
 	return s.f.Sync()
 }
+
+// PartitionTarget writes a region of a disk (a partition of a block device or of a disk
+// image file): from Offset, at most Size bytes. A block device is opened exclusively, so
+// one in use is refused.
+type PartitionTarget struct {
+	Path         string
+	Offset, Size int64
+}
+
+// Begin implements Target.
+func (t PartitionTarget) Begin() (Sink, error) {
+	flags := unix.O_WRONLY | unix.O_CLOEXEC
+	if st, err := os.Stat(t.Path); err == nil && st.Mode()&os.ModeDevice != 0 {
+		flags |= unix.O_EXCL
+	}
+	fd, err := unix.Open(t.Path, flags, 0)
+	if errors.Is(err, unix.EBUSY) {
+		return nil, fmt.Errorf("%s is in use (mounted or held): refusing to write it", t.Path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", t.Path, err)
+	}
+	return &regionSink{f: os.NewFile(uintptr(fd), t.Path), off: t.Offset, size: t.Size}, nil
+}
+
+type regionSink struct {
+	f         *os.File
+	off, size int64
+	n         int64
+}
+
+func (s *regionSink) Write(p []byte) (int, error) {
+	if s.n+int64(len(p)) > s.size {
+		return 0, fmt.Errorf("%s: %d bytes do not fit the %d-byte partition", s.f.Name(), s.n+int64(len(p)), s.size)
+	}
+	n, err := s.f.WriteAt(p, s.off+s.n)
+	s.n += int64(n)
+	return n, err
+}
+
+func (s *regionSink) Commit() error {
+	if err := s.f.Sync(); err != nil {
+		s.f.Close()
+		return fmt.Errorf("syncing %s: %w", s.f.Name(), err)
+	}
+	return s.f.Close()
+}
+
+func (s *regionSink) Discard() error {
+	defer s.f.Close()
+	n := min(int64(1<<20), s.size)
+	if _, err := s.f.WriteAt(make([]byte, n), s.off); err != nil {
+		return fmt.Errorf("invalidating %s: %w", s.f.Name(), err)
+	}
+	return s.f.Sync()
+}

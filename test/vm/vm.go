@@ -30,6 +30,12 @@ type Options struct {
 	MemoryMiB int
 	// Log receives the serial console as it arrives (besides the capture).
 	Log io.Writer
+	// UEFI boots the disk through OVMF and GRUB instead of a kernel given to QEMU; VarsDir
+	// holds the machine's copy of the UEFI variables.
+	UEFI    bool
+	VarsDir string
+	// AllowReboot keeps QEMU running through a reboot (a trial that falls back reboots).
+	AllowReboot bool
 }
 
 // Disk is a disk image.
@@ -56,8 +62,26 @@ func Boot(opts Options) (*VM, error) {
 	}
 	args := []string{
 		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", fmt.Sprint(opts.MemoryMiB),
-		"-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot",
-		"-kernel", opts.Kernel, "-initrd", opts.Initrd, "-append", opts.Append,
+		"-display", "none", "-serial", "stdio", "-monitor", "none",
+	}
+	if !opts.AllowReboot {
+		args = append(args, "-no-reboot")
+	}
+	if opts.UEFI {
+		vars := filepath.Join(opts.VarsDir, "OVMF_VARS.fd")
+		if _, err := os.Stat(vars); err != nil {
+			b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
+			if err != nil {
+				return nil, fmt.Errorf("OVMF (Debian package ovmf): %w", err)
+			}
+			if err := os.WriteFile(vars, b, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
+	} else {
+		args = append(args, "-kernel", opts.Kernel, "-initrd", opts.Initrd, "-append", opts.Append)
 	}
 	for _, d := range opts.Disks {
 		spec := "file=" + d.Path + ",format=raw,if=virtio"

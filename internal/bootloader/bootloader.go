@@ -1,0 +1,140 @@
+// Package bootloader is liken's GRUB: the EFI image, the A/B configuration with its one-shot
+// trial, and the environment block both GRUB and liken read and write.
+//
+// The trial protocol: the environment block names default_slot (the last slot that booted
+// successfully) and, while an upgrade is tried, trial_slot. GRUB boots trial_slot once and
+// clears it in the environment block *before* it loads the kernel, so every failure after
+// that point (kernel panic, hang ended by the watchdog, power cut, failed health deadline
+// followed by a reboot) ends on default_slot. Only liken, once the tried slot is healthy,
+// makes it the default.
+package bootloader
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+)
+
+// EnvSize is the size of GRUB's environment block; GRUB rewrites it in place and never
+// resizes it.
+const EnvSize = 1024
+
+const envHeader = "# GRUB Environment Block\n"
+
+// Env is the content of an environment block.
+type Env map[string]string
+
+// ParseEnv reads an environment block. A damaged block (torn by a power cut) is an error;
+// callers treat it as "no trial".
+func ParseEnv(b []byte) (Env, error) {
+	if len(b) != EnvSize || !bytes.HasPrefix(b, []byte(envHeader)) {
+		return nil, fmt.Errorf("not a GRUB environment block (%d bytes)", len(b))
+	}
+	e := Env{}
+	for _, line := range strings.Split(string(b[len(envHeader):]), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("environment block: malformed line %q", line)
+		}
+		e[k] = strings.NewReplacer(`\\`, `\`, `\n`, "\n").Replace(v)
+	}
+	return e, nil
+}
+
+// Encode writes the block, padded with '#' to EnvSize.
+func (e Env) Encode() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(envHeader)
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(k + "=" + strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(e[k]) + "\n")
+	}
+	if b.Len() > EnvSize {
+		return nil, fmt.Errorf("environment block: %d bytes of variables do not fit in %d", b.Len(), EnvSize)
+	}
+	b.Write(bytes.Repeat([]byte("#"), EnvSize-b.Len()))
+	return b.Bytes(), nil
+}
+
+// ESPLabel is the FAT label of the EFI system partition, which GRUB searches for.
+const ESPLabel = "LIKEN-ESP"
+
+// Paths on the ESP.
+const (
+	EFIBinary = "EFI/BOOT/BOOTX64.EFI" // the removable-media path firmware boots without NVRAM entries
+	ConfigDir = "EFI/liken"
+	Config    = ConfigDir + "/grub.cfg"
+	EnvFile   = ConfigDir + "/grubenv"
+)
+
+// embedded is built into the EFI image: find the ESP, hand over to its grub.cfg.
+const embedded = `search --no-floppy --label ` + ESPLabel + ` --set=root
+set prefix=($root)/` + ConfigDir + `
+configfile $prefix/grub.cfg
+`
+
+// modules GRUB needs for liken's configuration.
+var modules = []string{"part_gpt", "fat", "normal", "linux", "loadenv", "test", "echo", "search",
+	"search_label", "configfile", "serial", "terminal", "gzio", "regexp", "sleep", "reboot", "halt"}
+
+// BuildEFI makes GRUB's EFI image with grub-mkimage (Debian's grub-efi-amd64-bin); its PE
+// timestamp is fixed, so the image is reproducible.
+func BuildEFI(out, workDir string) error {
+	cfg := workDir + "/grub-embedded.cfg"
+	if err := writeFile(cfg, []byte(embedded)); err != nil {
+		return err
+	}
+	args := append([]string{"-O", "x86_64-efi", "-o", out, "-c", cfg, "-p", "/" + ConfigDir}, modules...)
+	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("grub-mkimage: %w: %s", err, b)
+	}
+	return nil
+}
+
+// ConfigText is grub.cfg. Slots are partitions 2 (A) and 3 (B) of the disk holding the ESP.
+const ConfigText = `serial --unit=0 --speed=115200
+terminal_input serial console
+terminal_output serial console
+set timeout=0
+regexp --set=1:disk '^(.*),gpt[0-9]+$' "$root"
+set envfile=$prefix/grubenv
+load_env --file $envfile
+if [ "$default_slot" != "B" ]; then set default_slot=A; fi
+set slot=$default_slot
+set trial=0
+if [ "$trial_slot" = "A" -o "$trial_slot" = "B" ]; then
+  set slot=$trial_slot
+  set trial=1
+  # Consumed before the kernel starts: whatever happens next, the following boot is the
+  # last good slot unless liken commits this one.
+  set trial_slot=
+  save_env --file $envfile trial_slot
+fi
+function boot_slot {
+  if [ "$1" = "A" ]; then set part=2; set label=liken-slot-a; else set part=3; set label=liken-slot-b; fi
+  echo "liken-grub: booting slot $1 (trial $2)"
+  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $kernel_args; then
+    if initrd ($disk,gpt$part)/initramfs.img; then
+      boot
+    fi
+  fi
+  echo "liken-grub: slot $1 could not be loaded"
+}
+boot_slot $slot $trial
+if [ "$trial" = "1" ]; then
+  echo "liken-grub: trial of slot $slot failed to load; booting the last good slot $default_slot"
+  boot_slot $default_slot 0
+fi
+echo "liken-grub: no slot could be loaded; rebooting in 10 seconds"
+sleep 10
+reboot
+`

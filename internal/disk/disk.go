@@ -1,0 +1,126 @@
+// Package disk is the layout of a liken machine's disk and the tools to make and read it.
+//
+// Layout (GPT, UEFI), each partition found by its GPT name (PARTLABEL), never by device name:
+//
+//	1 liken-esp     FAT32 EFI system partition: GRUB (EFI/BOOT/BOOTX64.EFI), its grub.cfg and
+//	                environment block (EFI/liken/grubenv: default and trial slot)
+//	2 liken-slot-a  slot A: a release's slot image (FAT: vmlinuz, initramfs.img, rootfs.squashfs)
+//	3 liken-slot-b  slot B: the same for the other release
+//	4 liken-layer   the deployment layer (see internal/layer), behind a small header
+//	5 liken-state   ext4: k3s data, /etc/rancher/node, liken's own state; kept across upgrades
+//
+// A slot holds everything its release boots, kernel included, so writing one never touches
+// the other.
+package disk
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"unicode/utf16"
+)
+
+// Partition labels.
+const (
+	ESP   = "liken-esp"
+	SlotA = "liken-slot-a"
+	SlotB = "liken-slot-b"
+	Layer = "liken-layer"
+	State = "liken-state"
+)
+
+// SlotLabel returns the partition label of slot "A" or "B".
+func SlotLabel(slot string) string { return "liken-slot-" + strings.ToLower(slot) }
+
+// Layout gives the partition sizes in MiB; the state partition takes the rest.
+type Layout struct {
+	ESPMiB, SlotMiB, LayerMiB, MinStateMiB int
+}
+
+// DefaultLayout leaves room for releases to grow.
+var DefaultLayout = Layout{ESPMiB: 64, SlotMiB: 1024, LayerMiB: 16, MinStateMiB: 1024}
+
+// MinSizeMiB is the smallest disk the layout fits on.
+func (l Layout) MinSizeMiB() int { return 2 + l.ESPMiB + 2*l.SlotMiB + l.LayerMiB + l.MinStateMiB }
+
+// Partition writes a new GPT on path (an image file or a block device) with the layout.
+func Partition(path string, l Layout) error {
+	args := []string{"--clear",
+		fmt.Sprintf("--new=1:0:+%dM", l.ESPMiB), "--typecode=1:ef00", "--change-name=1:" + ESP,
+		fmt.Sprintf("--new=2:0:+%dM", l.SlotMiB), "--typecode=2:8300", "--change-name=2:" + SlotA,
+		fmt.Sprintf("--new=3:0:+%dM", l.SlotMiB), "--typecode=3:8300", "--change-name=3:" + SlotB,
+		fmt.Sprintf("--new=4:0:+%dM", l.LayerMiB), "--typecode=4:8300", "--change-name=4:" + Layer,
+		"--new=5:0:0", "--typecode=5:8300", "--change-name=5:" + State,
+		path}
+	if out, err := exec.Command("sgdisk", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("partitioning %s: %w: %s", path, err, out)
+	}
+	return nil
+}
+
+// Extent is where a partition lies, in bytes from the start of the disk.
+type Extent struct {
+	Index        int // 1-based partition number
+	Offset, Size int64
+	Label        string
+}
+
+// Read reads the GPT of a disk (the primary header at LBA 1, 512-byte sectors) and returns
+// its partitions by label.
+func Read(path string) (map[string]Extent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	hdr := make([]byte, 512)
+	if _, err := f.ReadAt(hdr, 512); err != nil {
+		return nil, fmt.Errorf("reading the partition table of %s: %w", path, err)
+	}
+	if string(hdr[:8]) != "EFI PART" {
+		return nil, fmt.Errorf("%s has no GPT partition table", path)
+	}
+	entriesLBA := int64(binary.LittleEndian.Uint64(hdr[72:]))
+	n := int(binary.LittleEndian.Uint32(hdr[80:]))
+	size := int(binary.LittleEndian.Uint32(hdr[84:]))
+	if n > 1024 || size < 128 || size > 4096 {
+		return nil, fmt.Errorf("%s: implausible GPT (%d entries of %d bytes)", path, n, size)
+	}
+	buf := make([]byte, n*size)
+	if _, err := f.ReadAt(buf, entriesLBA*512); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading the partition entries of %s: %w", path, err)
+	}
+	out := map[string]Extent{}
+	for i := 0; i < n; i++ {
+		e := buf[i*size : (i+1)*size]
+		if allZero(e[:16]) {
+			continue
+		}
+		first := int64(binary.LittleEndian.Uint64(e[32:]))
+		last := int64(binary.LittleEndian.Uint64(e[40:]))
+		u := make([]uint16, 36)
+		for j := range u {
+			u[j] = binary.LittleEndian.Uint16(e[56+2*j:])
+		}
+		name := strings.TrimRight(string(utf16.Decode(u)), "\x00")
+		out[name] = Extent{Index: i + 1, Offset: first * 512, Size: (last - first + 1) * 512, Label: name}
+	}
+	return out, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// LayerMagic starts the layer partition, followed by the layer's length (8 bytes, little
+// endian) and the layer itself.
+const LayerMagic = "LIKENLYR"

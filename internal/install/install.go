@@ -1,0 +1,321 @@
+// Package install writes a liken machine's disk (a block device or a disk image file): the
+// partition table, slot A from a verified release, GRUB with liken's A/B configuration on
+// the ESP, the deployment layer, and an empty state partition.
+package install
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/release"
+)
+
+// Options are what install needs.
+type Options struct {
+	Channel, Pin string
+	// Version names the pinned release; empty means look the pin up in the channel's index.
+	Version string
+	Layer   string
+	Disk    string
+	// SizeMiB creates Disk as an image file of this size when it does not exist.
+	SizeMiB int
+	// Machine binds the disk to one machine (and keeps only its credential); empty leaves
+	// the choice to hardware matching at boot.
+	Machine string
+	// Wipe allows writing a disk that is not empty.
+	Wipe   bool
+	Layout disk.Layout
+	// KernelArgs are written into the boot loader's environment for every boot.
+	KernelArgs string
+	Fetcher    *release.Fetcher
+	Log        io.Writer
+}
+
+// Slots is EFI/liken/slots.json on the ESP: which release each slot holds.
+type Slots map[string]SlotInfo
+
+// SlotInfo is the release in one slot.
+type SlotInfo struct {
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+}
+
+// Install writes the disk.
+func Install(ctx context.Context, o Options) error {
+	log := o.Log
+	if log == nil {
+		log = io.Discard
+	}
+	step := func(format string, args ...any) { fmt.Fprintf(log, "install: "+format+"\n", args...) }
+	if o.Layout == (disk.Layout{}) {
+		o.Layout = disk.DefaultLayout
+	}
+	if o.Fetcher == nil {
+		o.Fetcher = &release.Fetcher{}
+	}
+	if !apirelease.ValidDigest(o.Pin) {
+		return fmt.Errorf("--pin %q is not a release digest ('sha256:' and 64 hex digits)", o.Pin)
+	}
+
+	// Everything that can be refused is checked before the disk is touched.
+	layerData, err := os.ReadFile(o.Layer)
+	if err != nil {
+		return fmt.Errorf("reading the layer: %w", err)
+	}
+	idx, _, err := layer.Read(bytes.NewReader(layerData), layer.DefaultLimits)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.Layer, err)
+	}
+	if o.Machine != "" {
+		if layerData, idx, err = layer.Narrow(layerData, o.Machine); err != nil {
+			return err
+		}
+	}
+	if int64(len(layerData)+16) > int64(o.Layout.LayerMiB)<<20 {
+		return fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)
+	}
+	if err := checkDisk(o); err != nil {
+		return err
+	}
+	version := o.Version
+	if version == "" {
+		if version, err = lookUp(ctx, o.Fetcher, o.Channel, o.Pin); err != nil {
+			return err
+		}
+	}
+	doc, _, err := o.Fetcher.Document(ctx, o.Channel, version, o.Pin)
+	if err != nil {
+		return err
+	}
+	slot, efi := doc.File(apirelease.RoleSlot), doc.File(apirelease.RoleBootloader)
+	if slot == nil || efi == nil {
+		return fmt.Errorf("release %s has no slot image or no boot loader: it cannot be installed", version)
+	}
+	if slot.Size > int64(o.Layout.SlotMiB)<<20 {
+		return fmt.Errorf("release %s's slot image (%d bytes) does not fit a %d MiB slot", version, slot.Size, o.Layout.SlotMiB)
+	}
+	if doc.Components.K3s.StandIn {
+		step("warning: release %s carries liken's k3s stand-in, not k3s: for tests only", version)
+	}
+
+	step("partitioning %s", o.Disk)
+	if err := disk.Partition(o.Disk, o.Layout); err != nil {
+		return err
+	}
+	parts, err := disk.Read(o.Disk)
+	if err != nil {
+		return err
+	}
+	a := parts[disk.SlotA]
+	step("writing release %s into slot A (%d bytes, verified as it streams)", version, slot.Size)
+	if err := o.Fetcher.File(ctx, o.Channel, version, *slot, release.PartitionTarget{Path: o.Disk, Offset: a.Offset, Size: a.Size}); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "liken-install-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	efiPath := filepath.Join(work, "bootx64.efi")
+	if err := o.Fetcher.File(ctx, o.Channel, version, *efi, release.FileTarget{Path: efiPath}); err != nil {
+		return err
+	}
+	step("writing the ESP (GRUB, A/B configuration, environment block)")
+	slots := Slots{"A": {Version: version, Digest: o.Pin}}
+	if err := writeESP(work, efiPath, o, parts[disk.ESP], slots); err != nil {
+		return err
+	}
+	step("writing the %s layer%s (%d bytes)", idx.Role, forMachine(o.Machine), len(layerData))
+	if err := writeLayer(o.Disk, parts[disk.Layer], layerData); err != nil {
+		return err
+	}
+	st := parts[disk.State]
+	step("formatting the state partition (%d MiB)", st.Size>>20)
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", disk.State, "-E", fmt.Sprintf("offset=%d", st.Offset), o.Disk, fmt.Sprintf("%dk", st.Size>>10)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4: %w: %s", err, out)
+	}
+	f, err := os.OpenFile(o.Disk, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", o.Disk, err)
+	}
+	step("done: %s boots release %s from slot A", o.Disk, version)
+	return nil
+}
+
+func forMachine(m string) string {
+	if m == "" {
+		return ""
+	}
+	return " for machine " + m
+}
+
+// checkDisk refuses a disk that is in use, too small, or not empty without Wipe, and
+// creates an image file when asked.
+func checkDisk(o Options) error {
+	st, err := os.Stat(o.Disk)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && o.SizeMiB > 0:
+		if o.SizeMiB < o.Layout.MinSizeMiB() {
+			return fmt.Errorf("--size %d MiB is too small: the layout needs at least %d MiB", o.SizeMiB, o.Layout.MinSizeMiB())
+		}
+		f, err := os.OpenFile(o.Disk, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Truncate(int64(o.SizeMiB) << 20)
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s does not exist: give --size to create a disk image", o.Disk)
+	case err != nil:
+		return err
+	}
+	if o.SizeMiB > 0 {
+		return fmt.Errorf("%s exists: --size only creates a new image", o.Disk)
+	}
+	if user := inUse(o.Disk, st); user != "" {
+		return fmt.Errorf("%s is in use (%s): refusing to write it", o.Disk, user)
+	}
+	size := st.Size()
+	f, err := os.Open(o.Disk)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if st.Mode()&os.ModeDevice != 0 {
+		if size, err = f.Seek(0, io.SeekEnd); err != nil {
+			return err
+		}
+	}
+	if size < int64(o.Layout.MinSizeMiB())<<20 {
+		return fmt.Errorf("%s is too small: %d MiB, the layout needs at least %d MiB", o.Disk, size>>20, o.Layout.MinSizeMiB())
+	}
+	head := make([]byte, 1<<20)
+	n, _ := f.ReadAt(head, 0)
+	if !o.Wipe && !bytes.Equal(head[:n], make([]byte, n)) {
+		return fmt.Errorf("%s is not empty (its first MiB holds data, such as a partition table): give --wipe to erase it", o.Disk)
+	}
+	return nil
+}
+
+// inUse names what holds the disk: a mount of it or of one of its partitions, or a loop
+// device backed by the image file.
+func inUse(path string, st os.FileInfo) string {
+	if st.Mode()&os.ModeDevice != 0 {
+		f, err := os.OpenFile(path, os.O_RDONLY|os.O_EXCL, 0)
+		if err != nil {
+			return "held by the kernel: mounted, or part of another device"
+		}
+		f.Close()
+		return ""
+	}
+	abs, _ := filepath.Abs(path)
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		b, _ := os.ReadFile(l)
+		if strings.TrimSpace(string(b)) == abs {
+			return "attached to /dev/" + strings.Split(l, "/")[3]
+		}
+	}
+	return ""
+}
+
+// lookUp finds the version the channel's index gives for a pin.
+func lookUp(ctx context.Context, f *release.Fetcher, channel, pin string) (string, error) {
+	b, err := f.Raw(ctx, channel, apirelease.IndexName, 16<<20)
+	if err != nil {
+		return "", fmt.Errorf("finding the release pinned as %s: %w (or give --version)", pin, err)
+	}
+	var idx apirelease.Index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return "", fmt.Errorf("channel index: %w", err)
+	}
+	for _, e := range idx.Releases {
+		if e.Digest == pin {
+			return e.Version, nil
+		}
+	}
+	return "", fmt.Errorf("the channel has no release with digest %s", pin)
+}
+
+// writeESP makes the FAT ESP image with mtools and copies it into its partition.
+func writeESP(work, efi string, o Options, ext disk.Extent, slots Slots) error {
+	img := filepath.Join(work, "esp.img")
+	if out, err := exec.Command("mkfs.vfat", "-F", "32", "-S", "512", "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size>>10)).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.vfat: %w: %s", err, out)
+	}
+	env, err := bootloader.Env{"default_slot": "A", "trial_slot": "", "kernel_args": o.KernelArgs}.Encode()
+	if err != nil {
+		return err
+	}
+	sj, _ := json.MarshalIndent(slots, "", "  ")
+	files := map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env, "EFI/liken/slots.json": append(sj, '\n')}
+	for _, d := range []string{"::EFI", "::EFI/BOOT", "::" + bootloader.ConfigDir} {
+		if out, err := exec.Command("mmd", "-i", img, d).CombinedOutput(); err != nil {
+			return fmt.Errorf("mmd %s: %w: %s", d, err, out)
+		}
+	}
+	if out, err := exec.Command("mcopy", "-i", img, efi, "::"+bootloader.EFIBinary).CombinedOutput(); err != nil {
+		return fmt.Errorf("mcopy: %w: %s", err, out)
+	}
+	for name, data := range files {
+		p := filepath.Join(work, filepath.Base(name))
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+		if out, err := exec.Command("mcopy", "-o", "-i", img, p, "::"+name).CombinedOutput(); err != nil {
+			return fmt.Errorf("mcopy %s: %w: %s", name, err, out)
+		}
+	}
+	return copyInto(o.Disk, ext, img)
+}
+
+func copyInto(diskPath string, ext disk.Extent, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	sink, err := release.PartitionTarget{Path: diskPath, Offset: ext.Offset, Size: ext.Size}.Begin()
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyBuffer(sink, in, make([]byte, 1<<20)); err != nil {
+		sink.Discard()
+		return err
+	}
+	return sink.Commit()
+}
+
+// writeLayer writes the layer behind its header: magic and length.
+func writeLayer(diskPath string, ext disk.Extent, data []byte) error {
+	sink, err := release.PartitionTarget{Path: diskPath, Offset: ext.Offset, Size: ext.Size}.Begin()
+	if err != nil {
+		return err
+	}
+	hdr := make([]byte, 16)
+	copy(hdr, disk.LayerMagic)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(data)))
+	if _, err := sink.Write(append(hdr, data...)); err != nil {
+		sink.Discard()
+		return err
+	}
+	return sink.Commit()
+}

@@ -1,0 +1,168 @@
+package vm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/install"
+	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/release"
+	"liken.dev/liken/test/report"
+)
+
+// testLayout keeps the test disks small; slots still hold a whole release.
+var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 64, LayerMiB: 4, MinStateMiB: 64}
+
+// installed publishes the test release into a channel, builds the example layers and
+// installs server-1's disk image.
+func installed(t *testing.T, kernelArgs string) (diskPath string) {
+	t.Helper()
+	rel, err := BuildRelease("2026.11.29-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := filepath.Join(t.TempDir(), "channel")
+	pin, err := release.Publish(channel, rel.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := t.TempDir()
+	res, err := layer.Build(layer.Input{Docs: docs, IdentityDir: filepath.Join(layers, "identity"), OutDir: layers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diskPath = filepath.Join(t.TempDir(), "server-1.img")
+	var log strings.Builder
+	start := time.Now()
+	err = install.Install(context.Background(), install.Options{
+		Channel: "file://" + channel, Pin: pin, Layer: res.Layers["server"], Disk: diskPath,
+		SizeMiB: testLayout.MinSizeMiB() + 16, Machine: "server-1", Layout: testLayout,
+		KernelArgs: kernelArgs, Log: &log,
+	})
+	if err != nil {
+		t.Fatalf("install: %v\n%s", err, log.String())
+	}
+	report.Line("install of a %d MiB disk image (release from a file:// channel): %s", testLayout.MinSizeMiB()+16, time.Since(start).Round(100*time.Millisecond))
+	return diskPath
+}
+
+// espEnv reads or writes the GRUB environment block on the disk's ESP with mtools.
+func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
+	t.Helper()
+	parts, err := disk.Read(diskPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := diskPath + "@@" + itoa(parts[disk.ESP].Offset)
+	tmp := filepath.Join(t.TempDir(), "grubenv")
+	if out, err := exec.Command("mcopy", "-n", "-i", img, "::"+bootloader.EnvFile, tmp).CombinedOutput(); err != nil {
+		t.Fatalf("mcopy: %v %s", err, out)
+	}
+	b, _ := os.ReadFile(tmp)
+	env, err := bootloader.ParseEnv(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set == nil {
+		return env
+	}
+	for k, v := range set {
+		env[k] = v
+	}
+	nb, err := env.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(tmp, nb, 0o644)
+	if out, err := exec.Command("mcopy", "-o", "-i", img, tmp, "::"+bootloader.EnvFile).CombinedOutput(); err != nil {
+		t.Fatalf("mcopy: %v %s", err, out)
+	}
+	return env
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func bootUEFI(t *testing.T, diskPath string, allowReboot bool) *VM {
+	t.Helper()
+	v, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("console:\n%s", v.Console())
+		}
+		select {
+		case <-v.done:
+		default:
+			v.Kill()
+		}
+	})
+	return v
+}
+
+func expect(t *testing.T, v *VM, marker string, timeout time.Duration) time.Duration {
+	t.Helper()
+	d, err := v.WaitFor(t.Context(), marker, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestInstallAndBootSlotA installs a disk image and boots it through OVMF and GRUB: slot A,
+// not a trial, into the system stage.
+func TestInstallAndBootSlotA(t *testing.T) {
+	d := installed(t, "quiet liken.test=poweroff")
+	parts, err := disk.Read(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{disk.ESP, disk.SlotA, disk.SlotB, disk.Layer, disk.State} {
+		if _, ok := parts[l]; !ok {
+			t.Errorf("partition %s missing: %v", l, parts)
+		}
+	}
+	v := bootUEFI(t, d, false)
+	grub := expect(t, v, "liken-grub: booting slot A (trial 0)", 120*time.Second)
+	system := expect(t, v, "liken-init: system stage", 120*time.Second)
+	off, err := v.Wait(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report.Line("UEFI boot of an installed disk (OVMF + GRUB + kernel + init, TCG): GRUB %s, system stage %s, powered off %s",
+		grub.Round(100*time.Millisecond), system.Round(100*time.Millisecond), off.Round(100*time.Millisecond))
+}
+
+// TestTrialOfBrokenSlotFallsBack arms a one-shot trial of slot B, which holds no release:
+// GRUB consumes the trial, cannot load B, boots the last good slot A; the trial is gone from
+// the environment block afterwards.
+func TestTrialOfBrokenSlotFallsBack(t *testing.T) {
+	d := installed(t, "quiet liken.test=poweroff")
+	espEnv(t, d, bootloader.Env{"trial_slot": "B"})
+	v := bootUEFI(t, d, false)
+	expect(t, v, "liken-grub: booting slot B (trial 1)", 120*time.Second)
+	expect(t, v, "liken-grub: slot B could not be loaded", 60*time.Second)
+	expect(t, v, "liken-grub: booting slot A (trial 0)", 60*time.Second)
+	expect(t, v, "liken-init: system stage", 120*time.Second)
+	if _, err := v.Wait(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	env := espEnv(t, d, nil)
+	if env["trial_slot"] != "" || env["default_slot"] != "A" {
+		t.Errorf("after the failed trial the environment is %v; want no trial and default A", env)
+	}
+}
