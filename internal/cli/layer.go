@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"liken.dev/liken/api/v1alpha1"
-	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/manifest"
 )
 
@@ -19,7 +19,7 @@ func runLayer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cluster := fs.String("cluster", "", "the Cluster manifest")
 	machines := fs.String("machines", "", "a directory (or file) of Machine manifests")
 	out := fs.String("out", "layer", "where to write server.layer, agent.layer and admin.kubeconfig")
-	identity := fs.String("identity", "", "the cluster identity to keep and reuse (default OUT/identity); keep it safe: it holds the CA keys")
+	identityDir := fs.String("identity", "", "the cluster identity to keep and reuse (default OUT/identity); keep it safe: it holds the CA keys")
 	server := fs.String("server", "", "API URL for admin.kubeconfig (default: the first server's first static address)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: liken layer --cluster FILE --machines DIR [--out DIR] [--identity DIR] [--server URL]")
@@ -36,8 +36,8 @@ func runLayer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return fmt.Errorf("%w: --cluster and --machines are required", errUsage)
 	}
-	if *identity == "" {
-		*identity = filepath.Join(*out, "identity")
+	if *identityDir == "" {
+		*identityDir = filepath.Join(*out, "identity")
 	}
 	var docs []manifest.Document
 	seen := map[string]bool{} // the machines directory may hold the Cluster file too
@@ -57,13 +57,13 @@ func runLayer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.MkdirAll(*out, 0o700); err != nil {
 		return err
 	}
-	res, err := layer.Build(layer.Input{Docs: docs, IdentityDir: *identity, OutDir: *out, Server: *server})
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: *identityDir, OutDir: *out, Server: *server})
 	if err != nil {
 		return err
 	}
 	for _, role := range []v1alpha1.Role{v1alpha1.RoleServer, v1alpha1.RoleAgent} {
 		fmt.Fprintf(stdout, "%s layer: %s (%d bytes, %s)\n", role, res.Layers[role], res.Sizes[role], res.Digests[role])
 	}
-	fmt.Fprintf(stdout, "admin kubeconfig: %s\nidentity (CA keys; keep it to rebuild layers): %s\n", res.Kubeconfig, *identity)
+	fmt.Fprintf(stdout, "admin kubeconfig: %s\nidentity (CA keys; keep it to rebuild layers): %s\n", res.Kubeconfig, *identityDir)
 	return nil
 }

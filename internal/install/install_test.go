@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"liken.dev/liken/internal/disk"
-	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/manifest"
 )
 
@@ -22,7 +22,7 @@ func exampleLayer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	res, err := layer.Build(layer.Input{Docs: docs, IdentityDir: filepath.Join(out, "identity"), OutDir: out})
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(out, "identity"), OutDir: out})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -14,159 +13,42 @@ import (
 	"testing"
 
 	"liken.dev/liken/api/v1alpha1"
-	"liken.dev/liken/internal/manifest"
 )
 
-func examples(t *testing.T) []manifest.Document {
+// sample packs a small valid layer.
+func sample(t *testing.T) []byte {
 	t.Helper()
-	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
+	b, err := Pack(Index{Schema: Schema, Role: v1alpha1.RoleAgent}, map[string]Entry{
+		ClusterManifest:     {Data: bytes.Repeat([]byte("apiVersion: liken.dev/v1alpha1\n"), 200), Mode: 0o644},
+		TokenFile:           {Data: []byte("K10abc::node:secret\n"), Mode: 0o600},
+		"tls/server-ca.crt": {Data: bytes.Repeat([]byte("CERT"), 300), Mode: 0o644},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return docs
+	return b
 }
 
-func build(t *testing.T, identity, out string) *Result {
-	t.Helper()
-	res, err := Build(Input{Docs: examples(t), IdentityDir: identity, OutDir: out})
+func TestPackedLayerUnpacks(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "layer")
+	idx, err := Unpack(bytes.NewReader(sample(t)), dir, DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res
-}
-
-func TestBuildPerRole(t *testing.T) {
-	out := t.TempDir()
-	res := build(t, filepath.Join(t.TempDir(), "identity"), out)
-	if res.Kubeconfig != filepath.Join(out, "admin.kubeconfig") {
-		t.Errorf("admin kubeconfig at %s", res.Kubeconfig)
+	if len(idx.Files) != 3 {
+		t.Errorf("index lists %d files", len(idx.Files))
 	}
-	kc, _ := os.ReadFile(res.Kubeconfig)
-	if !strings.Contains(string(kc), "server: https://192.168.10.11:6443") {
-		t.Errorf("admin kubeconfig does not name the first server:\n%s", kc)
+	st, err := os.Stat(filepath.Join(dir, TokenFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("token: %v %v", st, err)
 	}
-	for role, path := range res.Layers {
-		dir := filepath.Join(t.TempDir(), "layer")
-		f, _ := os.Open(path)
-		idx, err := Unpack(f, dir, DefaultLimits)
-		f.Close()
-		if err != nil {
-			t.Fatalf("%s layer: %v", role, err)
-		}
-		has := func(p string) bool { _, err := os.Stat(filepath.Join(dir, p)); return err == nil }
-		mode := func(p string) os.FileMode { st, _ := os.Stat(filepath.Join(dir, p)); return st.Mode().Perm() }
-		if has("admin.kubeconfig") {
-			t.Errorf("%s layer holds the admin kubeconfig", role)
-		}
-		for _, p := range []string{ClusterManifest, MachinesDir + "/server-1.yaml", MachinesDir + "/agent-2.yaml", "tls/server-ca.crt", "tls/client-ca.crt", "tls/etcd/peer-ca.crt", TokenFile} {
-			if !has(p) {
-				t.Errorf("%s layer lacks %s", role, p)
-			}
-		}
-		token, _ := os.ReadFile(filepath.Join(dir, TokenFile))
-		ca, _ := os.ReadFile(filepath.Join(dir, "tls/server-ca.crt"))
-		sum := sha256.Sum256(ca)
-		wantPrefix := "K10" + hex.EncodeToString(sum[:]) + "::"
-		if !strings.HasPrefix(string(token), wantPrefix) {
-			t.Errorf("%s token %q does not carry the server CA hash %s", role, token, wantPrefix)
-		}
-		if mode(TokenFile) != 0o600 {
-			t.Errorf("%s token mode %o, want 0600", role, mode(TokenFile))
-		}
-		switch role {
-		case v1alpha1.RoleServer:
-			if !strings.Contains(string(token), "::server:") || !has(AgentTokenFile) {
-				t.Errorf("server layer: token %q, agent token present %v", token, has(AgentTokenFile))
-			}
-			for _, k := range []string{"tls/server-ca.key", "tls/client-ca.key", "tls/request-header-ca.key", "tls/etcd/peer-ca.key", "tls/etcd/server-ca.key", "tls/service.key"} {
-				if !has(k) || mode(k) != 0o600 {
-					t.Errorf("server layer: %s missing or not 0600", k)
-				}
-			}
-			cert, _ := os.ReadFile(filepath.Join(dir, "tls/server-ca.crt"))
-			key, _ := os.ReadFile(filepath.Join(dir, "tls/server-ca.key"))
-			if _, err := tls.X509KeyPair(cert, key); err != nil {
-				t.Errorf("server CA certificate and key do not match: %v", err)
-			}
-			if !has("k3s-manifests/liken-crds.yaml") || !has("k3s-manifests/liken-rbac.yaml") {
-				t.Errorf("server layer lacks the manifests k3s applies")
-			}
-			if strings.Join(idx.Machines, ",") != "server-1,server-2,server-3" {
-				t.Errorf("server layer credentials for %v", idx.Machines)
-			}
-		case v1alpha1.RoleAgent:
-			if !strings.Contains(string(token), "::node:") || has(AgentTokenFile) {
-				t.Errorf("agent layer: token %q must be the agent token only", token)
-			}
-			filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-				rel, _ := filepath.Rel(dir, p)
-				if strings.HasPrefix(rel, "tls/") && strings.HasSuffix(rel, ".key") {
-					t.Errorf("agent layer carries a CA key: %s", rel)
-				}
-				return nil
-			})
-			if strings.Join(idx.Machines, ",") != "agent-1,agent-2" || has("credentials/server-1.key") {
-				t.Errorf("agent layer credentials for %v", idx.Machines)
-			}
-			if mode("credentials/agent-1.key") != 0o600 {
-				t.Errorf("machine key mode %o", mode("credentials/agent-1.key"))
-			}
-		}
+	again, _ := os.ReadFile(filepath.Join(dir, IndexName))
+	if !bytes.Contains(again, []byte(Schema)) {
+		t.Errorf("index not written")
 	}
-}
-
-func TestRebuildKeepsIdentityAndBytes(t *testing.T) {
-	identity := filepath.Join(t.TempDir(), "identity")
-	a := build(t, identity, t.TempDir())
-	b := build(t, identity, t.TempDir())
-	for role := range a.Layers {
-		x, _ := os.ReadFile(a.Layers[role])
-		y, _ := os.ReadFile(b.Layers[role])
-		if !bytes.Equal(x, y) {
-			t.Errorf("%s layer differs between two builds with the same identity", role)
-		}
-		if a.Digests[role] != b.Digests[role] {
-			t.Errorf("%s digest differs", role)
-		}
+	if a, b := sample(t), sample(t); !bytes.Equal(a, b) {
+		t.Errorf("packing is not deterministic")
 	}
-	c := build(t, filepath.Join(t.TempDir(), "other"), t.TempDir())
-	x, _ := os.ReadFile(a.Layers[v1alpha1.RoleServer])
-	y, _ := os.ReadFile(c.Layers[v1alpha1.RoleServer])
-	if bytes.Equal(x, y) {
-		t.Errorf("two identities gave the same layer")
-	}
-}
-
-func TestBuildRefuses(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n"), 0o644)
-	docs := append(examples(t), mustLoad(t, dir)...)
-	_, err := Build(Input{Docs: docs, IdentityDir: t.TempDir(), OutDir: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "holds only liken.dev/v1alpha1 Cluster and Machine objects, not apps/v1 Deployment") {
-		t.Errorf("wrong kind: %v", err)
-	}
-	bad := examples(t)
-	for _, d := range bad {
-		if d.Object.GetName() == "agent-1" {
-			d.Object.Object["spec"].(map[string]any)["role"] = "worker"
-		}
-	}
-	out := t.TempDir()
-	_, err = Build(Input{Docs: bad, IdentityDir: t.TempDir(), OutDir: out})
-	if err == nil || !strings.Contains(err.Error(), `Unsupported value: "worker"`) {
-		t.Errorf("invalid Machine: %v", err)
-	}
-	if entries, _ := os.ReadDir(out); len(entries) != 0 {
-		t.Errorf("a refused build wrote %d files", len(entries))
-	}
-}
-
-func mustLoad(t *testing.T, p string) []manifest.Document {
-	d, err := manifest.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
 
 // craft writes a tar.gz with arbitrary headers, and an index listing the given files.
@@ -211,8 +93,7 @@ func reg(name string, data []byte) craftEntry {
 func TestUnpackRefuses(t *testing.T) {
 	good := []byte("cluster: yes\n")
 	idx := func(files ...File) *Index { return &Index{Schema: Schema, Role: v1alpha1.RoleAgent, Files: files} }
-	real := build(t, filepath.Join(t.TempDir(), "identity"), t.TempDir())
-	realBytes, _ := os.ReadFile(real.Layers[v1alpha1.RoleAgent])
+	realBytes := sample(t)
 	tests := []struct {
 		name string
 		data []byte
@@ -255,13 +136,10 @@ func TestUnpackRefuses(t *testing.T) {
 }
 
 func TestUnpackReplacesWhole(t *testing.T) {
-	res := build(t, filepath.Join(t.TempDir(), "identity"), t.TempDir())
 	dir := filepath.Join(t.TempDir(), "layer")
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "stale"), []byte("old"), 0o644)
-	f, _ := os.Open(res.Layers[v1alpha1.RoleAgent])
-	defer f.Close()
-	if _, err := Unpack(f, dir, DefaultLimits); err != nil {
+	if _, err := Unpack(bytes.NewReader(sample(t)), dir, DefaultLimits); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "stale")); err == nil {

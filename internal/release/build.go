@@ -90,7 +90,7 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	step("kernel %s unpacked, modules indexed", k.Version)
 
 	bin := filepath.Join(work, "bin")
-	cmds := []string{"liken-init", "liken-agent"}
+	cmds := []string{"liken-initramfs", "liken-init", "liken-agent"}
 	if opts.StandIn {
 		cmds = append(cmds, "k3s-standin")
 	}
@@ -111,7 +111,7 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	likenVersion := sourceVersion(opts.Source)
 
 	step("initramfs")
-	initrd, err := buildInitramfs(k, filepath.Join(bin, "liken-init"), opts.Version)
+	initrd, err := buildInitramfs(k, filepath.Join(bin, "liken-initramfs"), opts.Version)
 	if err != nil {
 		return "", nil, err
 	}
@@ -335,6 +335,10 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
 			return err
 		}
+	}
+	// The root image is read-only; what changes at run time lives under /run.
+	if err := os.Symlink("/run/liken/resolv.conf", filepath.Join(stage, "etc/resolv.conf")); err != nil {
+		return err
 	}
 	os.Remove(out)
 	cmd := exec.Command("mksquashfs", stage, out, "-noappend", "-all-root", "-no-xattrs", "-comp", "zstd", "-quiet", "-no-progress")

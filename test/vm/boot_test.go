@@ -35,7 +35,7 @@ func TestBootToSystemStage(t *testing.T) {
 	var console strings.Builder
 	v, err := Boot(Options{
 		Kernel: rel.Path("vmlinuz"), Initrd: rel.Path("initramfs.img"),
-		Append: "console=ttyS0 quiet panic=-1 liken.root=PARTLABEL=liken-slot-a liken.test=poweroff",
+		Append: "console=ttyS0 quiet panic=-1 liken.root=PARTLABEL=liken-slot-a liken.test=poweroff liken.test.stage=system",
 		Disks:  []Disk{{Path: disk}}, Log: &console,
 	})
 	if err != nil {

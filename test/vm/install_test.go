@@ -10,21 +10,33 @@ import (
 	"testing"
 	"time"
 
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/install"
-	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/manifest"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/test/report"
 )
 
+// installedAgent installs the agent layer with no machine bound.
+func installedAgent(t *testing.T) string {
+	t.Helper()
+	return installedRole(t, "quiet liken.test=poweroff", "", "agent")
+}
+
 // testLayout keeps the test disks small; slots still hold a whole release.
-var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 64, LayerMiB: 4, MinStateMiB: 64}
+var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 96, LayerMiB: 4, MinStateMiB: 64}
 
 // installed publishes the test release into a channel, builds the example layers and
 // installs server-1's disk image.
-func installed(t *testing.T, kernelArgs string) (diskPath string) {
+func installed(t *testing.T, kernelArgs, machine string) (diskPath string) {
+	t.Helper()
+	return installedRole(t, kernelArgs, machine, "server")
+}
+
+func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath string) {
 	t.Helper()
 	rel, err := BuildRelease("2026.11.29-001")
 	if err != nil {
@@ -40,16 +52,16 @@ func installed(t *testing.T, kernelArgs string) (diskPath string) {
 		t.Fatal(err)
 	}
 	layers := t.TempDir()
-	res, err := layer.Build(layer.Input{Docs: docs, IdentityDir: filepath.Join(layers, "identity"), OutDir: layers})
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(layers, "identity"), OutDir: layers})
 	if err != nil {
 		t.Fatal(err)
 	}
-	diskPath = filepath.Join(t.TempDir(), "server-1.img")
+	diskPath = filepath.Join(t.TempDir(), role+".img")
 	var log strings.Builder
 	start := time.Now()
 	err = install.Install(context.Background(), install.Options{
-		Channel: "file://" + channel, Pin: pin, Layer: res.Layers["server"], Disk: diskPath,
-		SizeMiB: testLayout.MinSizeMiB() + 16, Machine: "server-1", Layout: testLayout,
+		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(role)], Disk: diskPath,
+		SizeMiB: testLayout.MinSizeMiB() + 16, Machine: machine, Layout: testLayout,
 		KernelArgs: kernelArgs, Log: &log,
 	})
 	if err != nil {
@@ -95,9 +107,9 @@ func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func bootUEFI(t *testing.T, diskPath string, allowReboot bool) *VM {
+func bootUEFI(t *testing.T, diskPath string, allowReboot bool, nics ...string) *VM {
 	t.Helper()
-	v, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot})
+	v, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot, NICs: nics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +138,7 @@ func expect(t *testing.T, v *VM, marker string, timeout time.Duration) time.Dura
 // TestInstallAndBootSlotA installs a disk image and boots it through OVMF and GRUB: slot A,
 // not a trial, into the system stage.
 func TestInstallAndBootSlotA(t *testing.T) {
-	d := installed(t, "quiet liken.test=poweroff")
+	d := installed(t, "quiet liken.test=poweroff", "server-1")
 	parts, err := disk.Read(d)
 	if err != nil {
 		t.Fatal(err)
@@ -139,19 +151,25 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	v := bootUEFI(t, d, false)
 	grub := expect(t, v, "liken-grub: booting slot A (trial 0)", 120*time.Second)
 	system := expect(t, v, "liken-init: system stage", 120*time.Second)
+	expect(t, v, "liken-init: state partition /dev/vda5 mounted on /var", 60*time.Second)
+	expect(t, v, "liken-init: server layer unpacked", 60*time.Second)
+	expect(t, v, "liken-init: this is Machine server-1 (server, found by the name bound at install)", 60*time.Second)
+	k3s := expect(t, v, "liken-init: started k3s (pid", 60*time.Second)
+	expect(t, v, "k3s-standin: liken's node simulator standing in for k3s", 60*time.Second)
+	expect(t, v, "liken-init: shutdown complete", 120*time.Second)
 	off, err := v.Wait(60 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	report.Line("UEFI boot of an installed disk (OVMF + GRUB + kernel + init, TCG): GRUB %s, system stage %s, powered off %s",
-		grub.Round(100*time.Millisecond), system.Round(100*time.Millisecond), off.Round(100*time.Millisecond))
+	report.Line("UEFI boot of an installed disk (OVMF + GRUB + kernel + init, TCG, wall clock from QEMU start): GRUB %s, system stage %s, init started k3s %s, clean power-off %s; kernel time to k3s start: %s",
+		grub.Round(100*time.Millisecond), system.Round(100*time.Millisecond), k3s.Round(100*time.Millisecond), off.Round(100*time.Millisecond), kernelTime(v.Console(), "liken-init: started k3s"))
 }
 
 // TestTrialOfBrokenSlotFallsBack arms a one-shot trial of slot B, which holds no release:
 // GRUB consumes the trial, cannot load B, boots the last good slot A; the trial is gone from
 // the environment block afterwards.
 func TestTrialOfBrokenSlotFallsBack(t *testing.T) {
-	d := installed(t, "quiet liken.test=poweroff")
+	d := installed(t, "quiet liken.test=poweroff liken.test.stage=system", "server-1")
 	espEnv(t, d, bootloader.Env{"trial_slot": "B"})
 	v := bootUEFI(t, d, false)
 	expect(t, v, "liken-grub: booting slot B (trial 1)", 120*time.Second)
@@ -165,4 +183,42 @@ func TestTrialOfBrokenSlotFallsBack(t *testing.T) {
 	if env["trial_slot"] != "" || env["default_slot"] != "A" {
 		t.Errorf("after the failed trial the environment is %v; want no trial and default A", env)
 	}
+}
+
+// kernelTime is the "at N.NNs" uptime init printed on the line with marker: time since the
+// kernel started.
+func kernelTime(console, marker string) string {
+	for _, l := range strings.Split(console, "\n") {
+		if i := strings.Index(l, marker); i >= 0 {
+			if j := strings.LastIndex(l, " at "); j >= 0 {
+				return strings.TrimSpace(l[j+4:])
+			}
+		}
+	}
+	return "?"
+}
+
+// TestMachineFoundByMAC installs a disk bound to no machine and boots it with agent-1's MAC:
+// init finds agent-1's manifest by hardware match. Booted with an unknown MAC, it says no
+// Machine matches and never starts k3s.
+func TestMachineFoundByMAC(t *testing.T) {
+	rel, err := BuildRelease("2026.11.29-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rel
+	d := installedAgent(t)
+	v := bootUEFI(t, d, false, "52:54:00:00:01:02")
+	expect(t, v, "liken-init: this is Machine agent-1 (agent, found by MAC 52:54:00:00:01:02)", 180*time.Second)
+	expect(t, v, "liken-init: shutdown complete", 120*time.Second)
+	v.Wait(60 * time.Second)
+
+	d2 := installedAgent(t)
+	v2 := bootUEFI(t, d2, false, "52:54:00:aa:bb:cc")
+	expect(t, v2, "no Machine matches this hardware (MACs 52:54:00:aa:bb:cc", 180*time.Second)
+	time.Sleep(2 * time.Second)
+	if strings.Contains(v2.Console(), "started k3s") {
+		t.Errorf("k3s started on a machine without a manifest")
+	}
+	v2.Kill()
 }

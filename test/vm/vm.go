@@ -36,6 +36,9 @@ type Options struct {
 	VarsDir string
 	// AllowReboot keeps QEMU running through a reboot (a trial that falls back reboots).
 	AllowReboot bool
+	// NICs are the MAC addresses of virtio network cards on QEMU's user network (where the
+	// host is 10.0.2.2); none means no network card.
+	NICs []string
 }
 
 // Disk is a disk image.
@@ -82,6 +85,12 @@ func Boot(opts Options) (*VM, error) {
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
 	} else {
 		args = append(args, "-kernel", opts.Kernel, "-initrd", opts.Initrd, "-append", opts.Append)
+	}
+	if len(opts.NICs) == 0 {
+		args = append(args, "-nic", "none")
+	}
+	for _, mac := range opts.NICs {
+		args = append(args, "-nic", "user,model=virtio-net-pci,mac="+mac)
 	}
 	for _, d := range opts.Disks {
 		spec := "file=" + d.Path + ",format=raw,if=virtio"

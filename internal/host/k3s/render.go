@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -50,7 +51,11 @@ type Input struct {
 	// Secrets holds the data of the Secrets in liken-system the Cluster's registries name,
 	// by Secret name.
 	Secrets map[string]map[string][]byte
-	Paths   Paths
+	// AllowMissingSecrets renders registries whose Secrets are not at hand without their
+	// credentials (init at boot, before the API can be read); the file says what it left
+	// out, and the agent renders it whole once it reads the Secrets.
+	AllowMissingSecrets bool
+	Paths               Paths
 }
 
 // Output is the rendered files: path → content (all written mode 0600: they may carry
@@ -137,6 +142,14 @@ func setIf(m map[string]any, k, v string) {
 }
 
 func renderRegistries(in Input, out Output) error {
+	var omitted []string
+	missing := func(what, name, host string) error {
+		if in.AllowMissingSecrets {
+			omitted = append(omitted, fmt.Sprintf("# %s for %s omitted: Secret %s/%s not read yet\n", what, host, v1alpha1.SecretNamespace, name))
+			return nil
+		}
+		return fmt.Errorf("rendering registries.yaml: Secret %s/%s (%s for %s) not found", v1alpha1.SecretNamespace, name, what, host)
+	}
 	mirrors := map[string]any{}
 	configs := map[string]any{}
 	if r := in.Cluster.Registries; r != nil {
@@ -152,7 +165,9 @@ func renderRegistries(in Input, out Output) error {
 			if c.AuthSecret != nil {
 				data, ok := in.Secrets[c.AuthSecret.Name]
 				if !ok {
-					return fmt.Errorf("rendering registries.yaml: Secret %s/%s (auth for %s) not found", v1alpha1.SecretNamespace, c.AuthSecret.Name, c.Host)
+					if err := missing("auth", c.AuthSecret.Name, c.Host); err != nil {
+						return err
+					}
 				}
 				auth := map[string]any{}
 				for key, yamlKey := range map[string]string{"username": "username", "password": "password", "auth": "auth", "identityToken": "identity_token"} {
@@ -160,10 +175,12 @@ func renderRegistries(in Input, out Output) error {
 						auth[yamlKey] = string(v)
 					}
 				}
-				if len(auth) == 0 {
+				if len(auth) == 0 && ok {
 					return fmt.Errorf("rendering registries.yaml: Secret %s/%s has none of username, password, auth, identityToken", v1alpha1.SecretNamespace, c.AuthSecret.Name)
 				}
-				entry["auth"] = auth
+				if len(auth) > 0 {
+					entry["auth"] = auth
+				}
 			}
 			if c.TLS != nil {
 				tls := map[string]any{}
@@ -173,7 +190,9 @@ func renderRegistries(in Input, out Output) error {
 				if c.TLS.Secret != nil {
 					data, ok := in.Secrets[c.TLS.Secret.Name]
 					if !ok {
-						return fmt.Errorf("rendering registries.yaml: Secret %s/%s (TLS for %s) not found", v1alpha1.SecretNamespace, c.TLS.Secret.Name, c.Host)
+						if err := missing("TLS", c.TLS.Secret.Name, c.Host); err != nil {
+							return err
+						}
 					}
 					dir := filepath.Join(in.Paths.RegistryFiles, c.Host)
 					for key, yamlKey := range map[string]string{"ca.crt": "ca_file", "tls.crt": "cert_file", "tls.key": "key_file"} {
@@ -202,7 +221,8 @@ func renderRegistries(in Input, out Output) error {
 	if err != nil {
 		return fmt.Errorf("rendering registries.yaml: %w", err)
 	}
-	out[in.Paths.Registries] = append([]byte("# Written by liken from the Cluster's spec.registries; edit that, not this.\n"), b...)
+	head := "# Written by liken from the Cluster's spec.registries; edit that, not this.\n" + strings.Join(omitted, "")
+	out[in.Paths.Registries] = append([]byte(head), b...)
 	return nil
 }
 
@@ -214,4 +234,24 @@ func (o Output) Paths() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// FirstServerURL is the API URL of the first server (in name order) with a static address:
+// the server that initialises the cluster, which the others join.
+func FirstServerURL(machines []*v1alpha1.Machine) string {
+	for _, m := range machines {
+		if m.Spec.Role != v1alpha1.RoleServer || m.Spec.Network == nil {
+			continue
+		}
+		for _, i := range m.Spec.Network.Interfaces {
+			for _, a := range i.Addresses {
+				host, _, _ := strings.Cut(a, "/")
+				if strings.Contains(host, ":") {
+					host = "[" + host + "]"
+				}
+				return "https://" + host + ":6443"
+			}
+		}
+	}
+	return ""
 }

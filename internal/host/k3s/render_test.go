@@ -170,3 +170,17 @@ func TestRenderIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+func TestRenderAtBootWithoutSecrets(t *testing.T) {
+	out, err := Render(Input{Role: v1alpha1.RoleServer, NodeName: "s1", Cluster: clusterSpec(), AllowMissingSecrets: true, Paths: DefaultPaths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := string(out[DefaultPaths.Registries])
+	if !strings.Contains(reg, "# auth for mirror.local:5000 omitted: Secret liken-system/creds not read yet") || strings.Contains(reg, "password") {
+		t.Errorf("registries.yaml at boot:\n%s", reg)
+	}
+	if !strings.Contains(reg, "https://mirror.local:5000") {
+		t.Errorf("the mirror itself must still be rendered:\n%s", reg)
+	}
+}

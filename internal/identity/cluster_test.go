@@ -1,4 +1,4 @@
-package layer
+package identity
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/layer"
 	"liken.dev/liken/test/apiserver"
 )
 
@@ -31,7 +32,7 @@ func TestIdentityWithRealAPIServer(t *testing.T) {
 	}
 	defer env.Stop()
 	out := t.TempDir()
-	res, err := Build(Input{Docs: examples(t), IdentityDir: identity, OutDir: out, Server: env.Host})
+	res, err := BuildLayers(Input{Docs: examples(t), IdentityDir: identity, OutDir: out, Server: env.Host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestIdentityWithRealAPIServer(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), string(role))
 		f, _ := os.Open(res.Layers[role])
 		defer f.Close()
-		if _, err := Unpack(f, dir, DefaultLimits); err != nil {
+		if _, err := layer.Unpack(f, dir, layer.DefaultLimits); err != nil {
 			t.Fatal(err)
 		}
 		return dir
@@ -49,13 +50,13 @@ func TestIdentityWithRealAPIServer(t *testing.T) {
 	if _, err := env.KubectlWith(t.Context(), res.Kubeconfig, "get", "namespaces"); err != nil {
 		t.Fatalf("the layer's admin kubeconfig does not work: %v", err)
 	}
-	for _, f := range []string{"k3s-manifests/liken-crds.yaml", "k3s-manifests/liken-rbac.yaml", ClusterManifest, MachinesDir} {
+	for _, f := range []string{"k3s-manifests/liken-crds.yaml", "k3s-manifests/liken-rbac.yaml", layer.ClusterManifest, layer.MachinesDir} {
 		if _, err := env.KubectlWith(t.Context(), res.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(server, f)); err != nil {
 			t.Fatalf("applying %s: %v", f, err)
 		}
 	}
-	cert, _ := os.ReadFile(filepath.Join(agent, CredentialsDir, "agent-1.crt"))
-	key, _ := os.ReadFile(filepath.Join(agent, CredentialsDir, "agent-1.key"))
+	cert, _ := os.ReadFile(filepath.Join(agent, layer.CredentialsDir, "agent-1.crt"))
+	key, _ := os.ReadFile(filepath.Join(agent, layer.CredentialsDir, "agent-1.key"))
 	ca, _ := os.ReadFile(filepath.Join(agent, "tls/server-ca.crt"))
 	c, err := kube.NewClient(&rest.Config{Host: env.Host, TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: cert, KeyData: key}})
 	if err != nil {
@@ -71,7 +72,7 @@ func TestIdentityWithRealAPIServer(t *testing.T) {
 		t.Errorf("agent-1 cannot read the Cluster: %v", err)
 	}
 	// The tokens name the CA this API server really serves with.
-	token, _ := os.ReadFile(filepath.Join(agent, TokenFile))
+	token, _ := os.ReadFile(filepath.Join(agent, layer.TokenFile))
 	if !strings.Contains(string(token), id.CAHash()) {
 		t.Errorf("agent token does not carry the CA hash")
 	}

@@ -1,9 +1,10 @@
-// Package initd is liken's init, PID 1 on every machine, in two stages. In the initramfs it
+// Package initramfs is the first stage of liken's init, /init in the initramfs (PID 1): it
 // mounts the kernel's filesystems, loads the boot modules (Debian's kernel builds in no
-// storage or filesystem driver), finds the slot's root image, mounts it read-only and
-// switches into it. In the booted system it will set the machine up from the deployment
-// layer and supervise k3s and the agent; that stage is being built (issue #5) and says so.
-package initd
+// storage or filesystem driver), finds the slot the boot loader named, mounts it and the
+// root image inside it read-only, and switches into the root image, whose /sbin/init
+// (internal/initd) runs the machine. It is its own small program so the initramfs stays
+// small: under emulation every megabyte of initramfs costs boot time.
+package initramfs
 
 import (
 	"bufio"
@@ -47,25 +48,23 @@ func ParseCmdline(s string) Cmdline {
 	return c
 }
 
-// Main runs init; it never returns on success.
+// Main runs the first stage; it never returns.
 func Main() {
-	log := io.Writer(os.Stdout)
-	var err error
-	if os.Getenv("LIKEN_STAGE") == "system" {
-		err = systemStage(log)
-	} else {
-		err = initramfsStage(log)
-	}
+	Fail(os.Stdout, initramfsStage(os.Stdout))
+}
+
+// Fail reports why the boot failed and keeps PID 1 alive: exiting would panic the kernel.
+// The watchdog and the trial protocol decide what happens next.
+func Fail(log io.Writer, err error) {
 	fmt.Fprintf(log, "liken-init: %v\n", err)
-	// PID 1 must not exit (the kernel would panic and, with panic=N, reboot); a failed
-	// boot is left to the watchdog and the trial protocol.
 	fmt.Fprintln(log, "liken-init: boot failed; waiting for the watchdog or an operator")
 	for {
 		time.Sleep(time.Hour)
 	}
 }
 
-func uptime() string {
+// Uptime is the time since the kernel started, as "12.34s".
+func Uptime() string {
 	b, _ := os.ReadFile("/proc/uptime")
 	f := strings.Fields(string(b))
 	if len(f) == 0 {
@@ -85,17 +84,17 @@ func initramfsStage(log io.Writer) error {
 	}
 	krel, _ := os.ReadFile(KernelRelease)
 	version, _ := os.ReadFile(VersionFile)
-	fmt.Fprintf(log, "liken-init: initramfs stage at %s, release %s, kernel %s\n", uptime(), strings.TrimSpace(string(version)), strings.TrimSpace(string(krel)))
+	fmt.Fprintf(log, "liken-init: initramfs stage at %s, release %s, kernel %s\n", Uptime(), strings.TrimSpace(string(version)), strings.TrimSpace(string(krel)))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
 	cmd := ParseCmdline(string(cmdlineRaw))
-	if err := loadModules(log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), BootModulesList); err != nil {
+	if err := LoadModules(log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), BootModulesList); err != nil {
 		return err
 	}
 	root := cmd["liken.root"]
 	if root == "" {
 		return errors.New("no liken.root= on the kernel command line: the boot loader names the slot to boot")
 	}
-	dev, err := waitForDevice(root, 60*time.Second)
+	dev, err := WaitForDevice(root, 60*time.Second)
 	if err != nil {
 		return err
 	}
@@ -114,11 +113,11 @@ func initramfsStage(log io.Writer) error {
 	if err := unix.Mount(loop, newRoot, "squashfs", unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("mounting the root image from %s: %w", loop, err)
 	}
-	fmt.Fprintf(log, "liken-init: mounted root image from slot %s (%s) read-only at %s\n", dev, root, uptime())
+	fmt.Fprintf(log, "liken-init: mounted root image from slot %s (%s) read-only at %s\n", dev, root, Uptime())
 	return switchRoot(newRoot, "/sbin/init")
 }
 
-func loadModules(log io.Writer, dir, list string) error {
+func LoadModules(log io.Writer, dir, list string) error {
 	f, err := os.Open(list)
 	if err != nil {
 		return fmt.Errorf("reading the module list: %w", err)
@@ -143,9 +142,9 @@ func loadModules(log io.Writer, dir, list string) error {
 	return sc.Err()
 }
 
-// waitForDevice resolves PARTLABEL=name (a GPT partition name) or a /dev path, waiting for
+// WaitForDevice resolves PARTLABEL=name (a GPT partition name) or a /dev path, waiting for
 // the kernel to find the disk.
-func waitForDevice(spec string, timeout time.Duration) (string, error) {
+func WaitForDevice(spec string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		if label, ok := strings.CutPrefix(spec, "PARTLABEL="); ok {
@@ -229,59 +228,4 @@ func freeInitramfs(keep string) {
 		}
 		return nil
 	})
-}
-
-func systemStage(log io.Writer) error {
-	version, _ := os.ReadFile(VersionFile)
-	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", uptime(), strings.TrimSpace(string(version)))
-	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
-	cmd := ParseCmdline(string(cmdlineRaw))
-	if _, err := os.Stat("/usr/bin/liken-agent"); err != nil {
-		return fmt.Errorf("the root image lacks liken-agent: %w", err)
-	}
-	if cmd["liken.test"] == "poweroff" {
-		fmt.Fprintln(log, "liken-init: test boot complete; powering off")
-		unix.Sync()
-		return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
-	}
-	return errors.New("the system stage (state partition, deployment layer, k3s supervision) is not built yet: it arrives with issue #5")
-}
-
-// attachLoop attaches file read-only to a free loop device and returns the device.
-func attachLoop(file string) (string, error) {
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		return "", fmt.Errorf("opening /dev/loop-control: %w", err)
-	}
-	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		return "", fmt.Errorf("finding a free loop device: %w", err)
-	}
-	dev := fmt.Sprintf("/dev/loop%d", n)
-	backing, err := os.Open(file)
-	if err != nil {
-		return "", fmt.Errorf("opening the root image: %w", err)
-	}
-	defer backing.Close()
-	var lf *os.File
-	for i := 0; i < 50; i++ { // devtmpfs creates the node as the device appears
-		if lf, err = os.OpenFile(dev, os.O_RDONLY, 0); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return "", fmt.Errorf("opening %s: %w", dev, err)
-	}
-	defer lf.Close()
-	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(backing.Fd())); err != nil {
-		return "", fmt.Errorf("attaching the root image to %s: %w", dev, err)
-	}
-	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY}
-	copy(info.File_name[:], "rootfs.squashfs")
-	if err := unix.IoctlLoopSetStatus64(int(lf.Fd()), &info); err != nil {
-		return "", fmt.Errorf("configuring %s: %w", dev, err)
-	}
-	return dev, nil
 }

@@ -1,0 +1,148 @@
+package initd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/layer"
+)
+
+// readManifests reads the Cluster and Machines from an unpacked layer. liken layer checked
+// them with the API's rules and stored them with defaults applied; init only decodes them
+// (strictly), so it carries none of the API server's validation code.
+func readManifests(dir string) (*v1alpha1.Cluster, []*v1alpha1.Machine, error) {
+	b, err := os.ReadFile(filepath.Join(dir, layer.ClusterManifest))
+	if err != nil {
+		return nil, nil, err
+	}
+	cluster := &v1alpha1.Cluster{}
+	if err := yaml.UnmarshalStrict(b, cluster); err != nil {
+		return nil, nil, fmt.Errorf("the layer's Cluster: %w", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, layer.MachinesDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	var machines []*v1alpha1.Machine
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, layer.MachinesDir, e.Name()))
+		if err != nil {
+			return nil, nil, err
+		}
+		m := &v1alpha1.Machine{}
+		if err := yaml.UnmarshalStrict(b, m); err != nil {
+			return nil, nil, fmt.Errorf("the layer's %s: %w", e.Name(), err)
+		}
+		machines = append(machines, m)
+	}
+	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
+	return cluster, machines, nil
+}
+
+// pick finds this machine's manifest: the one whose match fits (a MAC of this machine, or
+// its DMI serial), else the one install bound the disk to. None or several is an error,
+// and k3s does not start.
+func pick(machines []*v1alpha1.Machine, macs map[string]bool, serial, bound string) (*v1alpha1.Machine, string, error) {
+	var found []*v1alpha1.Machine
+	var why []string
+	for _, m := range machines {
+		if m.Spec.Match == nil {
+			continue
+		}
+		for _, mac := range m.Spec.Match.MACs {
+			if macs[strings.ToLower(string(mac))] {
+				found, why = append(found, m), append(why, "MAC "+strings.ToLower(string(mac)))
+				break
+			}
+		}
+		if s := m.Spec.Match.Serial; s != "" && s == serial && (len(found) == 0 || found[len(found)-1] != m) {
+			found, why = append(found, m), append(why, "serial "+s)
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], why[0], nil
+	case len(found) > 1:
+		var names []string
+		for _, m := range found {
+			names = append(names, m.Name)
+		}
+		return nil, "", fmt.Errorf("several Machines match this hardware (%s): fix their spec.match; k3s is not started", strings.Join(names, ", "))
+	}
+	for _, m := range machines {
+		if m.Name == bound {
+			return m, "the name bound at install", nil
+		}
+	}
+	var have []string
+	for mac := range macs {
+		have = append(have, mac)
+	}
+	sort.Strings(have)
+	return nil, "", fmt.Errorf("no Machine matches this hardware (MACs %s, serial %q) and install bound no name: add a match to its Machine; k3s is not started", strings.Join(have, ", "), serial)
+}
+
+// localMACs are the hardware addresses of this machine's device-backed interfaces.
+func localMACs() map[string]bool {
+	out := map[string]bool{}
+	entries, _ := os.ReadDir("/sys/class/net")
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", e.Name(), "device")); err != nil {
+			continue
+		}
+		if mac := readTrim(filepath.Join("/sys/class/net", e.Name(), "address")); mac != "" {
+			out[strings.ToLower(mac)] = true
+		}
+	}
+	return out
+}
+
+func firstAddress(m *v1alpha1.Machine) string {
+	if m.Spec.Network == nil {
+		return ""
+	}
+	for _, i := range m.Spec.Network.Interfaces {
+		for _, a := range i.Addresses {
+			host, _, _ := strings.Cut(a, "/")
+			return host
+		}
+	}
+	return ""
+}
+
+var (
+	supervisedMu   sync.Mutex
+	supervisedPIDs = map[string]func() int{}
+)
+
+// supervised reports whether pid is a process a supervisor waits for itself.
+func supervised(pid int) bool {
+	supervisedMu.Lock()
+	defer supervisedMu.Unlock()
+	for _, current := range supervisedPIDs {
+		if current() == pid {
+			return true
+		}
+	}
+	return false
+}
+
+func registerSupervised(name string, pid func() int) {
+	supervisedMu.Lock()
+	defer supervisedMu.Unlock()
+	supervisedPIDs[name] = pid
+}
+
+// siginfoPid is the si_pid field of a SIGCHLD siginfo (offset 16 on 64-bit Linux).
+func siginfoPid(info *unix.Siginfo) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(info), 16)), 4)
+}

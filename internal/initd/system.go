@@ -1,0 +1,319 @@
+// Package initd is liken's init in the booted system, /sbin/init (PID 1) after the
+// initramfs (internal/initramfs) switched into the root image: it mounts the state
+// partition, reads the deployment layer, finds this machine's manifest, prepares and
+// supervises k3s and the agent, reaps orphans, and shuts down cleanly.
+package initd
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/initramfs"
+	"liken.dev/liken/internal/kubeconfig"
+	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/supervisor"
+)
+
+// Where the booted system keeps things.
+const (
+	stateMount = "/var"                   // the state partition
+	likenState = "/var/lib/liken"         // liken's own state, the agent's state file
+	layerDir   = "/run/liken/layer"       // the unpacked deployment layer (tmpfs: secrets never persist twice)
+	rancherDir = "/var/lib/liken/rancher" // bound onto /etc/rancher: k3s config, /etc/rancher/node must persist
+)
+
+// system is the booted system's state while init runs it.
+type system struct {
+	log     io.Writer
+	cmd     initramfs.Cmdline
+	machine *v1alpha1.Machine
+	cluster *v1alpha1.Cluster
+	index   *layer.Index
+	join    string
+}
+
+// Main runs the booted system as PID 1; it never returns.
+func Main() {
+	initramfs.Fail(os.Stdout, systemStage(os.Stdout))
+}
+
+func systemStage(log io.Writer) error {
+	version, _ := os.ReadFile(initramfs.VersionFile)
+	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", initramfs.Uptime(), strings.TrimSpace(string(version)))
+	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
+	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw))}
+	if s.cmd["liken.test"] == "poweroff" && s.cmd["liken.test.stage"] == "system" {
+		// Boot tests that stop at the root image.
+		fmt.Fprintln(log, "liken-init: test boot complete; powering off")
+		unix.Sync()
+		return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	}
+	go reap()
+	for _, step := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"mounting the system's filesystems", s.mounts},
+		{"loading the system modules", s.modules},
+		{"reading the deployment layer", s.readLayer},
+		{"finding this machine's manifest", s.pickMachine},
+		{"preparing k3s", s.prepareK3s},
+	} {
+		if err := step.fn(); err != nil {
+			return fmt.Errorf("%s: %w", step.name, err)
+		}
+	}
+	return s.run()
+}
+
+func (s *system) mounts() error {
+	for _, m := range []struct{ src, dst, fs, data string }{
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "nsdelegate"}, // Kubernetes 1.35+ refuses cgroup v1
+		{"tmpfs", "/tmp", "tmpfs", "mode=1777"},
+	} {
+		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID|unix.MS_NODEV, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.State, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, stateMount, "ext4", unix.MS_NOATIME, ""); err != nil {
+		return fmt.Errorf("mounting the state partition %s: %w", dev, err)
+	}
+	for _, d := range []string{likenState, rancherDir, "/var/log", "/var/lib/rancher/k3s", "/run/liken"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount(rancherDir, "/etc/rancher", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding %s onto /etc/rancher: %w", rancherDir, err)
+	}
+	fmt.Fprintf(s.log, "liken-init: state partition %s mounted on %s\n", dev, stateMount)
+	return nil
+}
+
+func (s *system) modules() error {
+	krel, _ := os.ReadFile(initramfs.KernelRelease)
+	return initramfs.LoadModules(s.log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), "/etc/liken/system-modules")
+}
+
+// readLayer unpacks the layer partition (magic, length, layer) into tmpfs.
+func (s *system) readLayer() error {
+	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.Layer, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(dev)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	hdr := make([]byte, 16)
+	if _, err := io.ReadFull(f, hdr); err != nil {
+		return err
+	}
+	if string(hdr[:8]) != disk.LayerMagic {
+		return fmt.Errorf("%s holds no deployment layer (install writes one)", dev)
+	}
+	n := binary.LittleEndian.Uint64(hdr[8:])
+	if n > uint64(layer.DefaultLimits.MaxTotal) {
+		return fmt.Errorf("the layer's length %d is implausible", n)
+	}
+	idx, err := layer.Unpack(io.LimitReader(f, int64(n)), layerDir, layer.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	s.index = idx
+	fmt.Fprintf(s.log, "liken-init: %s layer unpacked (%d files)\n", idx.Role, len(idx.Files))
+	return nil
+}
+
+func (s *system) pickMachine() error {
+	cluster, machines, err := readManifests(layerDir)
+	if err != nil {
+		return err
+	}
+	s.cluster = cluster
+	m, how, err := pick(machines, localMACs(), readTrim("/sys/class/dmi/id/product_serial"), s.index.Machine)
+	if err != nil {
+		return err
+	}
+	s.machine = m
+	if err := unix.Sethostname([]byte(m.Name)); err != nil {
+		return fmt.Errorf("setting the hostname: %w", err)
+	}
+	s.join = k3s.FirstServerURL(machines)
+	if m.Spec.Role == v1alpha1.RoleServer && s.join != "" && strings.Contains(s.join, "//"+firstAddress(m)+":") {
+		s.join = "" // this machine is the first server: it initialises the cluster
+	}
+	fmt.Fprintf(s.log, "liken-init: this is Machine %s (%s, found by %s)\n", m.Name, m.Spec.Role, how)
+	return nil
+}
+
+// prepareK3s writes what k3s and the agent need: tokens, the custom CA before k3s's first
+// start on a server, the agent's credentials, and k3s's configuration (the same renderer the
+// agent uses later).
+func (s *system) prepareK3s() error {
+	copyIn := func(src, dst string, mode os.FileMode) error {
+		b, err := os.ReadFile(filepath.Join(layerDir, src))
+		if err != nil {
+			return err
+		}
+		os.MkdirAll(filepath.Dir(dst), 0o700)
+		return os.WriteFile(dst, b, mode)
+	}
+	paths := k3s.DefaultPaths
+	if err := copyIn(layer.TokenFile, paths.TokenFile, 0o600); err != nil {
+		return err
+	}
+	if s.machine.Spec.Role == v1alpha1.RoleServer {
+		if err := copyIn(layer.AgentTokenFile, paths.AgentTokenFile, 0o600); err != nil {
+			return err
+		}
+		// k3s takes a custom CA only before its first start, and rotation is its own
+		// procedure: never overwrite server/tls once it exists.
+		tls := filepath.Join(paths.DataDir, "server", "tls")
+		if _, err := os.Stat(tls); errors.Is(err, os.ErrNotExist) {
+			for _, f := range s.index.Files {
+				if rel, ok := strings.CutPrefix(f.Name, layer.TLSDir+"/"); ok {
+					if err := copyIn(f.Name, filepath.Join(tls, rel), os.FileMode(f.Mode)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		manifests := filepath.Join(paths.DataDir, "server", "manifests")
+		for _, f := range s.index.Files {
+			if rel, ok := strings.CutPrefix(f.Name, layer.K3sManifestsDir+"/"); ok {
+				if err := copyIn(f.Name, filepath.Join(manifests, rel), 0o600); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	api := s.join
+	if api == "" {
+		api = "https://127.0.0.1:6443"
+	}
+	cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.CredentialsDir, s.machine.Name+".crt"))
+	key, err2 := os.ReadFile(filepath.Join(layerDir, layer.CredentialsDir, s.machine.Name+".key"))
+	ca, err3 := os.ReadFile(filepath.Join(layerDir, layer.TLSDir, "server-ca.crt"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("the layer lacks this machine's agent credential: %w", err)
+	}
+	kc, err := kubeconfig.Render(api, ca, cert, key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(likenState, "agent.kubeconfig"), kc, 0o600); err != nil {
+		return err
+	}
+	// Registry Secrets live in the API; at boot k3s starts without their credentials and the
+	// agent adds them once it reads them.
+	out, err := k3s.Render(k3s.Input{Role: s.machine.Spec.Role, NodeName: s.machine.Name, Cluster: s.cluster.Spec, Join: s.join, Paths: paths, AllowMissingSecrets: true})
+	if err != nil {
+		return err
+	}
+	return k3s.Root("/").Write(out)
+}
+
+// run supervises k3s and the agent until a shutdown is asked for, then stops them and
+// powers off or reboots.
+func (s *system) run() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	console := os.Stdout
+	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
+		Args: []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
+		// Never INVOCATION_ID: it would make k3s pick the systemd cgroup driver.
+		Env:    []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"},
+		Stdout: console, Stderr: console}, nil)
+	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
+		Args: []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
+			"--state-dir", likenState, "--join", s.join},
+		Env: []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
+	registerSupervised("k3s", k3sProc.PID)
+	registerSupervised("liken-agent", agentProc.PID)
+	go (&supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}}).Serve(ctx, supervisor.DefaultSocket)
+	done := make(chan struct{}, 2)
+	go func() { k3sProc.Run(ctx); done <- struct{}{} }()
+	go func() { agentProc.Run(ctx); done <- struct{}{} }()
+	for k3sProc.PID() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Fprintf(s.log, "liken-init: started k3s (pid %d) at %s\n", k3sProc.PID(), initramfs.Uptime())
+
+	// SIGTERM asks for a reboot, SIGUSR2 for a power-off (as the agent will ask); with
+	// ctrl-alt-del disabled the kernel sends SIGINT.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, unix.SIGTERM, unix.SIGINT, unix.SIGUSR2)
+	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
+	action := unix.LINUX_REBOOT_CMD_RESTART
+	if s.cmd["liken.test"] == "poweroff" {
+		// Boot tests: run a few seconds, then shut down cleanly.
+		select {
+		case <-time.After(3 * time.Second):
+		case <-sig:
+		}
+		action = unix.LINUX_REBOOT_CMD_POWER_OFF
+	} else if <-sig == unix.SIGUSR2 {
+		action = unix.LINUX_REBOOT_CMD_POWER_OFF
+	}
+	fmt.Fprintln(s.log, "liken-init: shutting down: stopping the agent and k3s")
+	cancel()
+	<-done
+	<-done
+	unix.Sync()
+	// Unmount the state partition so the next boot finds it clean.
+	unix.Unmount("/etc/rancher", 0)
+	if err := unix.Unmount(stateMount, 0); err != nil {
+		unix.Mount("", stateMount, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
+	}
+	unix.Sync()
+	fmt.Fprintln(s.log, "liken-init: shutdown complete")
+	return unix.Reboot(action)
+}
+
+// reap collects orphaned processes reparented to init (exited containerd shims, say), leaving
+// its own children to the supervisor that waits for them.
+func reap() {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGCHLD)
+	for range ch {
+		for {
+			var info unix.Siginfo
+			// Peek at a zombie without collecting it.
+			if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+				break
+			}
+			pid := int(binary.LittleEndian.Uint32(siginfoPid(&info)))
+			if pid == 0 || supervised(pid) {
+				break
+			}
+			var ws unix.WaitStatus
+			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		}
+	}
+}
+
+func readTrim(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(bytes.TrimSpace(b))
+}

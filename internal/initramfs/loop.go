@@ -1,0 +1,48 @@
+package initramfs
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// attachLoop attaches file read-only to a free loop device and returns the device.
+func attachLoop(file string) (string, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("opening /dev/loop-control: %w", err)
+	}
+	defer ctl.Close()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return "", fmt.Errorf("finding a free loop device: %w", err)
+	}
+	dev := fmt.Sprintf("/dev/loop%d", n)
+	backing, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("opening the root image: %w", err)
+	}
+	defer backing.Close()
+	var lf *os.File
+	for i := 0; i < 50; i++ { // devtmpfs creates the node as the device appears
+		if lf, err = os.OpenFile(dev, os.O_RDONLY, 0); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", dev, err)
+	}
+	defer lf.Close()
+	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(backing.Fd())); err != nil {
+		return "", fmt.Errorf("attaching the root image to %s: %w", dev, err)
+	}
+	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY}
+	copy(info.File_name[:], "rootfs.squashfs")
+	if err := unix.IoctlLoopSetStatus64(int(lf.Fd()), &info); err != nil {
+		return "", fmt.Errorf("configuring %s: %w", dev, err)
+	}
+	return dev, nil
+}
