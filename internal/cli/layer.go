@@ -20,6 +20,7 @@ func runLayer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	machines := fs.String("machines", "", "a directory (or file) of Machine manifests")
 	out := fs.String("out", "layer", "where to write server.layer, agent.layer and admin.kubeconfig")
 	identityDir := fs.String("identity", "", "the cluster identity to keep and reuse (default OUT/identity); keep it safe: it holds the CA keys")
+	standIn := fs.Bool("stand-in-node-credentials", false, "add node certificates for liken's k3s stand-in (test clusters only; real k3s makes its own)")
 	server := fs.String("server", "", "API URL for admin.kubeconfig (default: the first server's first static address)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: liken layer --cluster FILE --machines DIR [--out DIR] [--identity DIR] [--server URL]")
@@ -57,7 +58,7 @@ func runLayer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.MkdirAll(*out, 0o700); err != nil {
 		return err
 	}
-	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: *identityDir, OutDir: *out, Server: *server})
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: *identityDir, OutDir: *out, Server: *server, StandInNodeCredentials: *standIn})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,10 @@ type Input struct {
 	// Server is the API URL written into the admin kubeconfig; empty means the first
 	// server's first static address.
 	Server string
+	// StandInNodeCredentials adds, for each machine, a node certificate (system:node:<name>)
+	// for liken's k3s stand-in, which has no k3s supervisor to get one from. Tests only: a
+	// layer for real k3s never carries them.
+	StandInNodeCredentials bool
 }
 
 // Result says what Build wrote.
@@ -113,6 +117,14 @@ func BuildLayers(in Input) (*Result, error) {
 			}
 			files[layer.CredentialsDir+"/"+m.Name+".crt"] = layer.Entry{Data: cred.CertPEM, Mode: 0o644}
 			files[layer.CredentialsDir+"/"+m.Name+".key"] = layer.Entry{Data: cred.KeyPEM, Mode: 0o600}
+			if in.StandInNodeCredentials {
+				node, err := id.StandInNodeCredential(m.Name)
+				if err != nil {
+					return nil, err
+				}
+				files[layer.StandInDir+"/"+m.Name+".crt"] = layer.Entry{Data: node.CertPEM, Mode: 0o644}
+				files[layer.StandInDir+"/"+m.Name+".key"] = layer.Entry{Data: node.KeyPEM, Mode: 0o600}
+			}
 			machines = append(machines, m.Name)
 		}
 		if role == v1alpha1.RoleServer {

@@ -164,6 +164,11 @@ func (id *Identity) MachineCredential(machine string) (pki.Pair, error) {
 	return id.credential("machines/"+machine, authority.User(machine), []string{authority.Group})
 }
 
+// StandInNodeCredential returns the node identity liken's k3s stand-in registers with.
+func (id *Identity) StandInNodeCredential(machine string) (pki.Pair, error) {
+	return id.credential("stand-in/"+machine, "system:node:"+machine, []string{"system:nodes"})
+}
+
 // AdminCredential returns a client certificate for an operator in system:masters.
 func (id *Identity) AdminCredential() (pki.Pair, error) {
 	return id.credential("admin", "liken-admin", []string{"system:masters"})

@@ -23,6 +23,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/network"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/layer"
@@ -72,6 +73,7 @@ func systemStage(log io.Writer) error {
 		{"loading the system modules", s.modules},
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
+		{"configuring the network", s.network},
 		{"preparing k3s", s.prepareK3s},
 	} {
 		if err := step.fn(); err != nil {
@@ -208,10 +210,7 @@ func (s *system) prepareK3s() error {
 			}
 		}
 	}
-	api := s.join
-	if api == "" {
-		api = "https://127.0.0.1:6443"
-	}
+	api := s.apiURL()
 	cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.CredentialsDir, s.machine.Name+".crt"))
 	key, err2 := os.ReadFile(filepath.Join(layerDir, layer.CredentialsDir, s.machine.Name+".key"))
 	ca, err3 := os.ReadFile(filepath.Join(layerDir, layer.TLSDir, "server-ca.crt"))
@@ -231,7 +230,50 @@ func (s *system) prepareK3s() error {
 	if err != nil {
 		return err
 	}
-	return k3s.Root("/").Write(out)
+	if err := k3s.Root("/").Write(out); err != nil {
+		return err
+	}
+	if standIn() {
+		cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.StandInDir, s.machine.Name+".crt"))
+		key, err2 := os.ReadFile(filepath.Join(layerDir, layer.StandInDir, s.machine.Name+".key"))
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("this release carries the k3s stand-in but the layer has no node credential for it (liken layer --stand-in-node-credentials): %w", err)
+		}
+		kc, err := kubeconfig.Render(api, ca, cert, key)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(standInKubeconfig, kc, 0o600)
+	}
+	return nil
+}
+
+const standInKubeconfig = "/var/lib/liken/stand-in.kubeconfig"
+
+// standIn reports whether the root image carries liken's k3s stand-in instead of k3s.
+func standIn() bool {
+	_, err := os.Stat("/etc/liken/k3s-stand-in")
+	return err == nil
+}
+
+// apiURL is where the agent reaches the API: the cluster's own (on the first server, its
+// local k3s), or, in VM tests whose stand-in has no API of its own, the test's API server
+// named by liken.test.api.
+func (s *system) apiURL() string {
+	if u := s.cmd["liken.test.api"]; u != "" {
+		return u
+	}
+	if s.join != "" {
+		return s.join
+	}
+	return "https://127.0.0.1:6443"
+}
+
+func (s *system) network() error {
+	for _, err := range network.Apply(s.machine.Spec.Network) {
+		fmt.Fprintf(s.log, "liken-init: network: %v\n", err)
+	}
+	return nil
 }
 
 // run supervises k3s and the agent until a shutdown is asked for, then stops them and
@@ -241,9 +283,8 @@ func (s *system) run() error {
 	defer cancel()
 	console := os.Stdout
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
-		Args: []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
-		// Never INVOCATION_ID: it would make k3s pick the systemd cgroup driver.
-		Env:    []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"},
+		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
+		Env:    k3sEnv(),
 		Stdout: console, Stderr: console}, nil)
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
@@ -289,6 +330,16 @@ func (s *system) run() error {
 	unix.Sync()
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
 	return unix.Reboot(action)
+}
+
+// k3sEnv is k3s's environment; never INVOCATION_ID, which would make k3s pick the systemd
+// cgroup driver.
+func k3sEnv() []string {
+	env := []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"}
+	if standIn() {
+		env = append(env, "LIKEN_STANDIN_KUBECONFIG="+standInKubeconfig)
+	}
+	return env
 }
 
 // reap collects orphaned processes reparented to init (exited containerd shims, say), leaving

@@ -62,6 +62,8 @@ const (
 	AgentTokenFile  = "agent-token"
 	CredentialsDir  = "credentials"
 	K3sManifestsDir = "k3s-manifests"
+	// StandInDir holds node certificates for liken's k3s stand-in (test layers only).
+	StandInDir = "stand-in"
 )
 
 // Entry is a file to pack: its content and permission bits.
@@ -142,7 +144,11 @@ func Narrow(data []byte, machine string) ([]byte, *Index, error) {
 	}
 	keep := map[string]Entry{}
 	for _, f := range idx.Files {
-		if strings.HasPrefix(f.Name, CredentialsDir+"/") && !strings.HasPrefix(f.Name, CredentialsDir+"/"+machine+".") {
+		other := false
+		for _, dir := range []string{CredentialsDir, StandInDir} {
+			other = other || strings.HasPrefix(f.Name, dir+"/") && !strings.HasPrefix(f.Name, dir+"/"+machine+".")
+		}
+		if other {
 			continue
 		}
 		keep[f.Name] = Entry{files[f.Name], f.Mode}

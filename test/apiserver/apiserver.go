@@ -173,7 +173,8 @@ func (e *Env) writePKI() error {
 		}
 	}
 	serving, err := e.serverCA.ServingCert("kube-apiserver", []string{"localhost", "kubernetes", "kubernetes.default.svc"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.43.0.1")}, 24*time.Hour)
+		// 10.0.2.2 is the host as QEMU's user network shows it to the VM tier's guests.
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.43.0.1"), net.ParseIP("10.0.2.2")}, 24*time.Hour)
 	if err != nil {
 		return err
 	}

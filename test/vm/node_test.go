@@ -1,0 +1,172 @@
+package vm
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/identity"
+	"liken.dev/liken/internal/install"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/release"
+	"liken.dev/liken/test/apiserver"
+	"liken.dev/liken/test/report"
+)
+
+// vmMachine is a server on QEMU's user network: the host, and so the test's API server, is
+// 10.0.2.2.
+const vmMachine = `apiVersion: liken.dev/v1alpha1
+kind: Machine
+metadata:
+  name: vm-1
+spec:
+  role: server
+  match:
+    macs: ["52:54:00:12:34:01"]
+  network:
+    interfaces:
+      - name: eth0
+        mac: "52:54:00:12:34:01"
+        addresses: ["10.0.2.15/24"]
+    routes:
+      - to: 0.0.0.0/0
+        via: 10.0.2.2
+    dns:
+      nameservers: ["10.0.2.3"]
+  nodeLabels:
+    example.com/booted-by: liken
+`
+
+// TestInstalledMachineJoinsTheAPI installs a machine, boots it, and watches it from a real
+// API server on the host running on the cluster's own identity: the k3s stand-in in the VM
+// registers the Node and keeps it Ready, and the agent in the VM reports the machine's
+// hardware and applies its node label.
+func TestInstalledMachineJoinsTheAPI(t *testing.T) {
+	rel, err := BuildRelease("2026.11.29-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := filepath.Join(t.TempDir(), "channel")
+	pin, err := release.Publish(channel, rel.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests := t.TempDir()
+	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
+	os.WriteFile(filepath.Join(manifests, "cluster.yaml"), ex, 0o644)
+	os.WriteFile(filepath.Join(manifests, "vm-1.yaml"), []byte(vmMachine), 0o644)
+	docs, err := manifest.Load(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	idDir := filepath.Join(out, "identity")
+	if _, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := identity.LoadOrCreateIdentity(idDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := apiserver.Start(t.Context(), apiserver.Options{ServerCA: id.CAs["server-ca"], ClientCA: id.CAs["client-ca"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	if err := authority.Install(t.Context(), admin, "vm-1"); err != nil {
+		t.Fatal(err)
+	}
+	// The example Cluster's registry settings name these Secrets; the agent in the VM reads them.
+	for name, data := range map[string]map[string]string{
+		"registry-mirror-credentials": {"username": "liken", "password": "s3cret"},
+		"registry-mirror-ca":          {"ca.crt": "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"},
+	} {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1alpha1.SecretNamespace}, StringData: data}
+		if _, err := admin.CoreV1().Secrets(v1alpha1.SecretNamespace).Create(t.Context(), sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lc, _ := kube.NewClient(env.Admin)
+	v, _ := manifest.NewValidator()
+	set := manifest.CheckSet(v, docs)
+	set.Cluster.ResourceVersion = ""
+	if _, err := lc.CreateCluster(t.Context(), set.Cluster); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.CreateMachine(t.Context(), set.Machines[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	u, _ := url.Parse(env.Host)
+	guestAPI := "https://10.0.2.2:" + u.Port()
+	d := filepath.Join(t.TempDir(), "vm-1.img")
+	if err := install.Install(context.Background(), install.Options{
+		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.RoleServer], Disk: d,
+		SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	vm := bootUEFI(t, d, false, "52:54:00:12:34:01")
+	defer vm.Kill()
+	expect(t, vm, "liken-init: this is Machine vm-1 (server, found by MAC 52:54:00:12:34:01)", 180*time.Second)
+
+	var nodeReady, machineReady time.Duration
+	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if nodeReady == 0 {
+			if n, err := admin.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{}); err == nil {
+				for _, c := range n.Status.Conditions {
+					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+						nodeReady = time.Since(vm.start)
+					}
+				}
+			}
+		}
+		m, err := lc.Machine(ctx, "vm-1")
+		if err != nil {
+			return false, nil
+		}
+		if machineReady == 0 && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Hardware != nil {
+			machineReady = time.Since(vm.start)
+		}
+		return nodeReady > 0 && machineReady > 0, nil
+	})
+	if err != nil {
+		m, _ := lc.Machine(t.Context(), "vm-1")
+		t.Fatalf("the machine never became Ready in the API (node after %s, machine after %s); status %+v", nodeReady, machineReady, m.Status)
+	}
+	m, _ := lc.Machine(t.Context(), "vm-1")
+	if m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Hardware.CPU.Threads != 2 {
+		t.Errorf("hardware reported from inside the VM: %+v", m.Status.Hardware)
+	}
+	n, _ := admin.CoreV1().Nodes().Get(t.Context(), "vm-1", metav1.GetOptions{})
+	if n.Labels["example.com/booted-by"] != "liken" {
+		t.Errorf("the agent in the VM did not apply the node label: %v", n.Labels)
+	}
+	if !strings.Contains(vm.Console(), "liken-init: started k3s") {
+		t.Errorf("no k3s start on the console")
+	}
+	// Init started k3s without the registry credentials (they live in the API); the agent
+	// rendered them in and restarted k3s in place once.
+	if c := strings.Count(vm.Console(), "k3s-standin: server vm-1 registered"); c != 2 {
+		t.Errorf("k3s started %d times; want 2 (boot, then one restart for the registry credentials)", c)
+	}
+	report.Line("installed VM joins the API (TCG, from QEMU start): Node Ready %s, Machine Ready with hardware %s", nodeReady.Round(time.Second), machineReady.Round(time.Second))
+}
