@@ -40,7 +40,7 @@ func TestBuildPerRole(t *testing.T) {
 		t.Errorf("admin kubeconfig at %s", res.Kubeconfig)
 	}
 	kc, _ := os.ReadFile(res.Kubeconfig)
-	if !strings.Contains(string(kc), "server: https://192.168.10.11:6443") {
+	if !strings.Contains(string(kc), `server: "https://192.168.10.11:6443"`) {
 		t.Errorf("admin kubeconfig does not name the first server:\n%s", kc)
 	}
 	for role, path := range res.Layers {
