@@ -38,15 +38,7 @@ func installed(t *testing.T, kernelArgs, machine string) (diskPath string) {
 
 func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath string) {
 	t.Helper()
-	rel, err := BuildRelease("2026.11.29-001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	channel := filepath.Join(t.TempDir(), "channel")
-	pin, err := release.Publish(channel, rel.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	channel, pin := publishedRelease(t)
 	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +61,21 @@ func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath str
 	}
 	report.Line("install of a %d MiB disk image (release from a file:// channel): %s", testLayout.MinSizeMiB()+16, time.Since(start).Round(100*time.Millisecond))
 	return diskPath
+}
+
+// publishedRelease builds the test release (once per run) and publishes it into a new
+// channel directory, returning the channel and the release's pin.
+func publishedRelease(t *testing.T) (channel, pin string) {
+	t.Helper()
+	rel, err := BuildRelease("2026.11.29-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel = filepath.Join(t.TempDir(), "channel")
+	if pin, err = release.Publish(channel, rel.Dir); err != nil {
+		t.Fatal(err)
+	}
+	return channel, pin
 }
 
 // espEnv reads or writes the GRUB environment block on the disk's ESP with mtools.
@@ -202,11 +209,6 @@ func kernelTime(console, marker string) string {
 // init finds agent-1's manifest by hardware match. Booted with an unknown MAC, it says no
 // Machine matches and never starts k3s.
 func TestMachineFoundByMAC(t *testing.T) {
-	rel, err := BuildRelease("2026.11.29-001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = rel
 	d := installedAgent(t)
 	v := bootUEFI(t, d, false, "52:54:00:00:01:02")
 	expect(t, v, "liken-init: this is Machine agent-1 (agent, found by MAC 52:54:00:00:01:02)", 180*time.Second)

@@ -21,7 +21,6 @@ import (
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/manifest"
-	"liken.dev/liken/internal/release"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
@@ -55,15 +54,7 @@ spec:
 // registers the Node and keeps it Ready, and the agent in the VM reports the machine's
 // hardware and applies its node label.
 func TestInstalledMachineJoinsTheAPI(t *testing.T) {
-	rel, err := BuildRelease("2026.11.29-001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	channel := filepath.Join(t.TempDir(), "channel")
-	pin, err := release.Publish(channel, rel.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	channel, pin := publishedRelease(t)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	os.WriteFile(filepath.Join(manifests, "cluster.yaml"), ex, 0o644)
