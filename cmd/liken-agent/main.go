@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,6 +67,7 @@ func run() error {
 		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
 		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, DataDir: *dataDir},
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
+		Trial: trialBoot(), Committer: supervisor.Client{Socket: *socket},
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
 		Log:      log, Metrics: m,
 	})
@@ -85,4 +87,16 @@ func run() error {
 		log.Info("metrics", "addr", l.Addr().String())
 	}
 	return a.Run(ctx)
+}
+
+// trialBoot reads liken.trial=1 from the kernel command line, which the boot loader sets on
+// the one boot of a slot under trial.
+func trialBoot() bool {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, w := range strings.Fields(string(b)) {
+		if w == "liken.trial=1" {
+			return true
+		}
+	}
+	return false
 }

@@ -38,6 +38,11 @@ type Restarter interface {
 	RestartK3s(ctx context.Context) error
 }
 
+// Committer makes a trial boot's slot the default: init, over its socket.
+type Committer interface {
+	CommitTrial(ctx context.Context) error
+}
+
 // Config is what an agent needs.
 type Config struct {
 	// Machine is this machine's name (its Machine and Node).
@@ -55,6 +60,10 @@ type Config struct {
 	Join string
 	// Restarter restarts k3s.
 	Restarter Restarter
+	// Trial is set when this boot is a trial of a slot (liken.trial=1 on the kernel command
+	// line); Committer makes the slot the default once the machine is healthy.
+	Trial     bool
+	Committer Committer
 	// RestartDelay is how long rendered k3s files must stay unchanged before k3s is
 	// restarted, so a burst of edits ends in one restart.
 	RestartDelay time.Duration
@@ -86,6 +95,7 @@ type Agent struct {
 	mu         sync.Mutex
 	st         *state.State
 	lastRender time.Time
+	committed  bool
 	// lastFailureKey names the failures last reported, so each new set gets one Event.
 	lastFailureKey string
 }

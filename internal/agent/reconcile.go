@@ -87,7 +87,31 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return err
 	}
 	a.record(m, out)
+	if err := a.commitTrial(ctx, m, out); err != nil {
+		return err
+	}
 	return a.writeStatus(ctx, m, out)
+}
+
+// commitTrial makes a trial boot permanent once the machine is really back: k3s healthy and
+// its Node Ready, and every live change applied. Until then, init's health deadline (and the
+// watchdog) send a failed trial back to the last good slot.
+func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, out *outcome) error {
+	if !a.cfg.Trial || a.committed || !out.nodeReady || len(out.failures) > 0 || a.st.K3sRestartPending {
+		return nil
+	}
+	if a.cfg.Committer == nil {
+		return errors.New("this boot is a trial but the agent has no way to commit it")
+	}
+	if err := a.cfg.Committer.CommitTrial(ctx); err != nil {
+		return err
+	}
+	a.committed = true
+	a.log.Info("trial committed: this slot is now the default")
+	if a.recorder != nil {
+		a.recorder.Event(m, corev1.EventTypeNormal, v1alpha1.ReasonCommitted, "the trial boot is healthy: its slot is now the default")
+	}
+	return nil
 }
 
 // observe reads the cached Machine, Cluster and Node.

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -292,7 +293,35 @@ func (s *system) run() error {
 		Env: []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
 	registerSupervised("k3s", k3sProc.PID)
 	registerSupervised("liken-agent", agentProc.PID)
-	go (&supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}}).Serve(ctx, supervisor.DefaultSocket)
+	server := &supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}}
+	sig := make(chan os.Signal, 1)
+	slot, trial := s.cmd["liken.slot"], s.cmd["liken.trial"] == "1"
+	if trial {
+		// The boot loader already made the next boot the last good slot; this boot becomes
+		// the default only when the agent finds it healthy in time.
+		committed := make(chan struct{})
+		var once sync.Once
+		server.CommitTrial = func() error {
+			if err := commitSlot(slot); err != nil {
+				return err
+			}
+			once.Do(func() { close(committed) })
+			fmt.Fprintf(s.log, "liken-init: trial of slot %s committed: it is the default now\n", slot)
+			return nil
+		}
+		deadline := s.trialDeadline()
+		fmt.Fprintf(s.log, "liken-init: trial boot of slot %s; health deadline %s\n", slot, deadline)
+		go func() {
+			select {
+			case <-committed:
+			case <-time.After(deadline):
+				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", slot)
+				sig <- unix.SIGTERM
+			}
+		}()
+	}
+	stopWatchdog := s.watchdog()
+	go server.Serve(ctx, supervisor.DefaultSocket)
 	done := make(chan struct{}, 2)
 	go func() { k3sProc.Run(ctx); done <- struct{}{} }()
 	go func() { agentProc.Run(ctx); done <- struct{}{} }()
@@ -303,11 +332,10 @@ func (s *system) run() error {
 
 	// SIGTERM asks for a reboot, SIGUSR2 for a power-off (as the agent will ask); with
 	// ctrl-alt-del disabled the kernel sends SIGINT.
-	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, unix.SIGTERM, unix.SIGINT, unix.SIGUSR2)
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 	action := unix.LINUX_REBOOT_CMD_RESTART
-	if s.cmd["liken.test"] == "poweroff" {
+	if s.cmd["liken.test"] == "poweroff" && !trial {
 		// Boot tests: run a few seconds, then shut down cleanly.
 		select {
 		case <-time.After(3 * time.Second):
@@ -328,6 +356,7 @@ func (s *system) run() error {
 		unix.Mount("", stateMount, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
 	}
 	unix.Sync()
+	stopWatchdog()
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
 	return unix.Reboot(action)
 }
@@ -338,6 +367,9 @@ func k3sEnv() []string {
 	env := []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"}
 	if standIn() {
 		env = append(env, "LIKEN_STANDIN_KUBECONFIG="+standInKubeconfig)
+		if f := readCmdline()["liken.test.k3s-fault"]; f != "" {
+			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready
+		}
 	}
 	return env
 }
@@ -362,6 +394,11 @@ func reap() {
 			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
+}
+
+func readCmdline() initramfs.Cmdline {
+	b, _ := os.ReadFile("/proc/cmdline")
+	return initramfs.ParseCmdline(string(b))
 }
 
 func readTrim(p string) string {

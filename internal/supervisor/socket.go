@@ -21,6 +21,9 @@ const DefaultSocket = "/run/liken/init.sock"
 //	GET  /v1/processes                  {"<name>": {"pid": N, "starts": N}}
 type Server struct {
 	Processes map[string]*Process
+	// CommitTrial, when set, answers POST /v1/trial/commit: the agent found the tried slot
+	// healthy and init makes it the default.
+	CommitTrial func() error
 }
 
 // Serve listens on path (replacing a stale socket) until ctx ends. Only root may connect.
@@ -54,6 +57,17 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 			out[n] = map[string]int{"pid": p.PID(), "starts": p.Starts()}
 		}
 		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("POST /v1/trial/commit", func(w http.ResponseWriter, r *http.Request) {
+		if s.CommitTrial == nil {
+			http.Error(w, "this boot is not a trial", http.StatusConflict)
+			return
+		}
+		if err := s.CommitTrial(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "committed\n")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -104,4 +118,22 @@ func (c Client) Restart(ctx context.Context, name string) (int, error) {
 func (c Client) RestartK3s(ctx context.Context) error {
 	_, err := c.Restart(ctx, "k3s")
 	return err
+}
+
+// CommitTrial asks init to make the slot this trial booted the default.
+func (c Client) CommitTrial(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://init/v1/trial/commit", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return fmt.Errorf("asking init to commit the trial: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("asking init to commit the trial: %s: %s", resp.Status, b)
+	}
+	return nil
 }

@@ -44,7 +44,8 @@ func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath str
 		t.Fatal(err)
 	}
 	layers := t.TempDir()
-	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(layers, "identity"), OutDir: layers})
+	// The test release carries the k3s stand-in, which needs node credentials in the layer.
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(layers, "identity"), OutDir: layers, StandInNodeCredentials: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,8 @@ func Boot(opts Options) (*VM, error) {
 	args := []string{
 		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", fmt.Sprint(opts.MemoryMiB),
 		"-display", "none", "-serial", "stdio", "-monitor", "none",
+		// A watchdog as real hardware has; QEMU resets the machine when it fires.
+		"-device", "i6300esb", "-action", "watchdog=reset",
 	}
 	if !opts.AllowReboot {
 		args = append(args, "-no-reboot")
