@@ -53,7 +53,20 @@ spec:
 // API server on the host running on the cluster's own identity: the k3s stand-in in the VM
 // registers the Node and keeps it Ready, and the agent in the VM reports the machine's
 // hardware and applies its node label.
-func TestInstalledMachineJoinsTheAPI(t *testing.T) {
+// joined is a machine installed for a cluster whose API server runs on the host, on the
+// cluster's own identity, reached from the guest at 10.0.2.2.
+type joined struct {
+	env      *apiserver.Env
+	admin    kubernetes.Interface
+	lc       *kube.Client
+	disk     string
+	guestAPI string
+}
+
+// joinCluster sets up the API server, the Cluster, Machine vm-1 and its RBAC, and installs
+// vm-1's disk with extraArgs on every boot's kernel command line.
+func joinCluster(t *testing.T, extraArgs string) *joined {
+	t.Helper()
 	channel, pin := publishedRelease(t)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
@@ -76,7 +89,7 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Stop()
+	t.Cleanup(env.Stop)
 	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true})
 	if err != nil {
 		t.Fatal(err)
@@ -111,16 +124,22 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "vm-1.img")
 	if err := install.Install(context.Background(), install.Options{
 		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.RoleServer], Disk: d,
-		SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI,
+		SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return &joined{env: env, admin: admin, lc: lc, disk: d, guestAPI: guestAPI}
+}
+
+func TestInstalledMachineJoinsTheAPI(t *testing.T) {
+	j := joinCluster(t, "")
+	admin, lc, d := j.admin, j.lc, j.disk
 	vm := bootUEFI(t, d, false, "52:54:00:12:34:01")
 	defer vm.Kill()
 	expect(t, vm, "liken-init: this is Machine vm-1 (server, found by MAC 52:54:00:12:34:01)", 180*time.Second)
 
 	var nodeReady, machineReady time.Duration
-	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if nodeReady == 0 {
 			if n, err := admin.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{}); err == nil {
 				for _, c := range n.Status.Conditions {
