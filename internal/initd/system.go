@@ -321,6 +321,9 @@ func (s *system) run() error {
 		}()
 	}
 	stopWatchdog := s.watchdog()
+	if trial {
+		s.injectTrialFault() // VM tests only: liken.test.fail=...
+	}
 	go server.Serve(ctx, supervisor.DefaultSocket)
 	done := make(chan struct{}, 2)
 	go func() { k3sProc.Run(ctx); done <- struct{}{} }()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,6 +16,9 @@ import (
 )
 
 const espMount = "/run/liken/esp"
+
+// watchdogFed is cleared only by the hang test fault.
+var watchdogFed = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
 
 // commitSlot makes slot the boot loader's default: the trial succeeded. The environment
 // block is rewritten in place (GRUB's format never changes size).
@@ -97,7 +101,9 @@ func (s *system) watchdog() (stop func()) {
 			case <-done:
 				return
 			case <-tick.C:
-				unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocKeepalive, 0)
+				if watchdogFed.Load() {
+					unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocKeepalive, 0)
+				}
 			}
 		}
 	}()
@@ -105,5 +111,30 @@ func (s *system) watchdog() (stop func()) {
 		close(done)
 		f.Write([]byte("V")) // the magic close: disarm
 		f.Close()
+	}
+}
+
+// injectTrialFault makes a trial boot fail the way the VM tests ask (liken.test.fail on the
+// kernel command line), to prove every failure ends on the last good slot. Without the
+// parameter it does nothing.
+func (s *system) injectTrialFault() {
+	switch f := s.cmd["liken.test.fail"]; f {
+	case "":
+	case "panic":
+		fmt.Fprintln(s.log, "liken-init: test fault: kernel panic")
+		os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0o644)
+		os.WriteFile("/proc/sysrq-trigger", []byte("c"), 0o200)
+	case "init-exit":
+		fmt.Fprintln(s.log, "liken-init: test fault: init exits")
+		os.Exit(1) // PID 1 exiting panics the kernel
+	case "hang":
+		fmt.Fprintln(s.log, "liken-init: test fault: the machine hangs (the watchdog is no longer fed)")
+		// Freeze every other process and stop feeding the watchdog: only the watchdog can
+		// end this boot.
+		unix.Kill(-1, unix.SIGSTOP)
+		watchdogFed.Store(false)
+		select {}
+	default:
+		fmt.Fprintf(s.log, "liken-init: unknown test fault %q ignored\n", f)
 	}
 }

@@ -80,3 +80,53 @@ func TestTrialMissesHealthDeadline(t *testing.T) {
 	}
 	report.Line("trial that missed its 40 s health deadline was back on slot A %s after QEMU start (TCG)", back.Round(time.Second))
 }
+
+// TestEveryTrialFailureEndsOnSlotA boots slot B as a trial that fails in each way the issue
+// names; each must end with the machine booting the last good slot A. The faults come from
+// liken.test.fail on the kernel command line (init's test switches); the power cut is QEMU
+// killed during the trial.
+func TestEveryTrialFailureEndsOnSlotA(t *testing.T) {
+	for _, tc := range []struct {
+		fault, marker string
+	}{
+		{"panic", "Kernel panic"},
+		{"init-exit", "Attempted to kill init"},
+		{"hang", "liken-init: test fault: the machine hangs"},
+		{"power-cut", "liken-init: trial boot of slot B"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			args := "liken.watchdog=20"
+			if tc.fault != "power-cut" {
+				args += " liken.test.fail=" + tc.fault
+			}
+			j := joinCluster(t, args)
+			copySlot(t, j.disk)
+			espEnv(t, j.disk, bootloader.Env{"trial_slot": "B"})
+			start := time.Now()
+			vm, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: j.disk}}, AllowReboot: true, NICs: []string{"52:54:00:12:34:01"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if t.Failed() {
+					t.Logf("console:\n%s", vm.Console())
+				}
+				vm.Kill()
+			}()
+			expect(t, vm, "liken-grub: booting slot B (trial 1)", 120*time.Second)
+			expect(t, vm, tc.marker, 180*time.Second)
+			if tc.fault == "power-cut" {
+				vm.Kill()
+				if vm, err = Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: j.disk}}, NICs: []string{"52:54:00:12:34:01"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			expect(t, vm, "liken-grub: booting slot A (trial 0)", 240*time.Second)
+			expect(t, vm, "liken-init: system stage", 120*time.Second)
+			if env := espEnv(t, j.disk, nil); env["default_slot"] != "A" || env["trial_slot"] != "" {
+				t.Errorf("after the failed trial the environment is %v", env)
+			}
+			report.Line("trial failure %q: back on slot A in %s (TCG)", tc.fault, time.Since(start).Round(time.Second))
+		})
+	}
+}
