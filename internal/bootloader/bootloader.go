@@ -101,6 +101,8 @@ func BuildEFI(out, workDir string) error {
 }
 
 // ConfigText is grub.cfg. Slots are partitions 2 (A) and 3 (B) of the disk holding the ESP.
+// apparmor=0: Debian's kernel enables AppArmor, and containerd then needs apparmor_parser,
+// which the image does not carry; without it every pod would fail to start.
 const ConfigText = `serial --unit=0 --speed=115200
 terminal_input serial console
 terminal_output serial console
@@ -122,7 +124,7 @@ fi
 function boot_slot {
   if [ "$1" = "A" ]; then set part=2; set label=liken-slot-a; else set part=3; set label=liken-slot-b; fi
   echo "liken-grub: booting slot $1 (trial $2)"
-  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $kernel_args; then
+  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $kernel_args; then
     if initrd ($disk,gpt$part)/initramfs.img; then
       boot
     fi

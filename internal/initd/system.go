@@ -109,6 +109,11 @@ func (s *system) mounts() error {
 		return fmt.Errorf("binding %s onto /etc/rancher: %w", rancherDir, err)
 	}
 	fmt.Fprintf(s.log, "liken-init: state partition %s mounted on %s\n", dev, stateMount)
+	if readTrim("/sys/module/apparmor/parameters/enabled") == "Y" {
+		fmt.Fprintln(s.log, "liken-init: warning: AppArmor is on and the image has no apparmor_parser: pods will fail to start (boot with apparmor=0)")
+	} else {
+		fmt.Fprintln(s.log, "liken-init: AppArmor off")
+	}
 	return nil
 }
 
@@ -339,9 +344,9 @@ func (s *system) run() error {
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 	action := unix.LINUX_REBOOT_CMD_RESTART
 	if s.cmd["liken.test"] == "poweroff" && !trial {
-		// Boot tests: run a few seconds, then shut down cleanly.
+		// Boot tests: run ten seconds (k3s starts slowly under emulation), then shut down cleanly.
 		select {
-		case <-time.After(3 * time.Second):
+		case <-time.After(10 * time.Second):
 		case <-sig:
 		}
 		action = unix.LINUX_REBOOT_CMD_POWER_OFF

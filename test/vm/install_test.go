@@ -160,6 +160,7 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	grub := expect(t, v, "liken-grub: booting slot A (trial 0)", 120*time.Second)
 	system := expect(t, v, "liken-init: system stage", 120*time.Second)
 	expect(t, v, "liken-init: state partition /dev/vda5 mounted on /var", 60*time.Second)
+	expect(t, v, "liken-init: AppArmor off", 10*time.Second)
 	expect(t, v, "liken-init: server layer unpacked", 60*time.Second)
 	expect(t, v, "liken-init: this is Machine server-1 (server, found by the name bound at install)", 60*time.Second)
 	k3s := expect(t, v, "liken-init: started k3s (pid", 60*time.Second)
