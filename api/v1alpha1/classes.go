@@ -1,9 +1,6 @@
 package v1alpha1
 
-import (
-	"sort"
-	"strings"
-)
+import "strings"
 
 // FieldClass gives one spec field (and everything below it, unless a deeper entry says
 // otherwise) its change class.
@@ -70,14 +67,4 @@ func ClassOf(path string) (FieldClass, bool) {
 		}
 	}
 	return best, found
-}
-
-// ClassPaths returns the table's paths, sorted.
-func ClassPaths() []string {
-	var out []string
-	for _, fc := range FieldClasses {
-		out = append(out, fc.Path)
-	}
-	sort.Strings(out)
-	return out
 }

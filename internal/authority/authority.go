@@ -160,6 +160,3 @@ func upsert(ctx context.Context, name string, create, update func() error) error
 	}
 	return nil
 }
-
-// Describe names a machine's identity for messages.
-func Describe(machine string) string { return fmt.Sprintf("user %s in group %s", User(machine), Group) }

@@ -23,8 +23,6 @@ var env *apiserver.Env
 
 func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "authority", apiserver.Options{}, &env)) }
 
-func ptr[T any](v T) *T { return &v }
-
 func cluster() *v1alpha1.Cluster {
 	return &v1alpha1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName},

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"liken.dev/liken/internal/manifest"
 	"liken.dev/liken/internal/release"
 )
@@ -91,7 +93,7 @@ A channel URL is http://, https:// or file://.`)
 			}
 			for _, d := range docs {
 				if d.Object.GetKind() == "Cluster" {
-					p, _, _ = unstructuredString(d.Object.Object, "spec", "releases", *version)
+					p, _, _ = unstructured.NestedString(d.Object.Object, "spec", "releases", *version)
 				}
 			}
 			if p == "" {
@@ -111,19 +113,6 @@ A channel URL is http://, https:// or file://.`)
 	}
 	usage()
 	return fmt.Errorf("%w: unknown release command %q", errUsage, args[0])
-}
-
-func unstructuredString(obj map[string]any, path ...string) (string, bool, error) {
-	cur := any(obj)
-	for _, p := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return "", false, nil
-		}
-		cur = m[p]
-	}
-	s, ok := cur.(string)
-	return s, ok, nil
 }
 
 // progressPrinter reports download progress, a line per file every 10%.

@@ -146,5 +146,3 @@ func registerSupervised(name string, pid func() int) {
 func siginfoPid(info *unix.Siginfo) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(info), 16)), 4)
 }
-
-func unsafePointer(p *int32) unsafe.Pointer { return unsafe.Pointer(p) }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -90,7 +91,7 @@ func (s *system) watchdog() (stop func()) {
 		timeout = n
 	}
 	t := int32(timeout)
-	unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocSetTimeout, uintptr(unsafePointer(&t)))
+	unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocSetTimeout, uintptr(unsafe.Pointer(&t)))
 	fmt.Fprintf(s.log, "liken-init: watchdog armed, %d s\n", t)
 	done := make(chan struct{})
 	go func() {

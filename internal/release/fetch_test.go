@@ -291,11 +291,11 @@ func TestMalformedDocument(t *testing.T) {
 	}
 }
 
-func TestDeviceTargetRefusesDeviceInUse(t *testing.T) {
+func TestPartitionTargetRefusesDeviceInUse(t *testing.T) {
 	// A regular file stands for a free device; a mounted loop device for one in use.
 	img := filepath.Join(t.TempDir(), "slot.img")
 	os.WriteFile(img, make([]byte, 4<<20), 0o644)
-	s, err := DeviceTarget{Path: img}.Begin()
+	s, err := PartitionTarget{Path: img, Size: 4 << 20}.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// mountedLoopRefused attaches img to a loop device, mounts it, and checks DeviceTarget
+// mountedLoopRefused attaches img to a loop device, mounts it, and checks PartitionTarget
 // refuses it. Needs root, loop devices and mkfs.ext4 (the host tier).
 func mountedLoopRefused(t *testing.T, img string) error {
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
@@ -26,7 +26,7 @@ func mountedLoopRefused(t *testing.T, img string) error {
 		t.Fatalf("mount: %v %s", err, out)
 	}
 	defer exec.Command("umount", mnt).Run()
-	_, err = DeviceTarget{Path: dev}.Begin()
+	_, err = PartitionTarget{Path: dev, Size: 4 << 20}.Begin()
 	if err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a mounted device was opened for writing: %v", err)
 	}

@@ -88,50 +88,11 @@ func (s *fileSink) Discard() error {
 	return nil
 }
 
-// DeviceTarget writes a block device (a slot partition) from its first byte. Opening it
-// with O_EXCL fails while the kernel holds it (mounted, or part of another device), so a
-// slot in use is never written. A file that does not verify has the device's first MiB
-// zeroed, so nothing takes the partial copy for a release.
-type DeviceTarget struct {
-	Path string
-}
-
-// Begin implements Target.
-func (t DeviceTarget) Begin() (Sink, error) {
-	fd, err := unix.Open(t.Path, unix.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.EBUSY) {
-		return nil, fmt.Errorf("%s is in use (mounted or held): refusing to write it", t.Path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", t.Path, err)
-	}
-	return &deviceSink{f: os.NewFile(uintptr(fd), t.Path)}, nil
-}
-
-type deviceSink struct{ f *os.File }
-
-func (s *deviceSink) Write(p []byte) (int, error) { return s.f.Write(p) }
-
-func (s *deviceSink) Commit() error {
-	if err := s.f.Sync(); err != nil {
-		s.f.Close()
-		return fmt.Errorf("syncing %s: %w", s.f.Name(), err)
-	}
-	return s.f.Close()
-}
-
-func (s *deviceSink) Discard() error {
-	defer s.f.Close()
-	zero := make([]byte, 1<<20)
-	if _, err := s.f.WriteAt(zero, 0); err != nil {
-		return fmt.Errorf("invalidating %s: %w", s.f.Name(), err)
-	}
-	return s.f.Sync()
-}
-
 // PartitionTarget writes a region of a disk (a partition of a block device or of a disk
-// image file): from Offset, at most Size bytes. A block device is opened exclusively, so
-// one in use is refused.
+// image file): from Offset, at most Size bytes. A block device is opened exclusively, which
+// fails while the kernel holds it (mounted, or part of another device), so a slot in use is
+// never written. A file that does not verify has the region's first MiB zeroed, so nothing
+// takes the partial copy for a release.
 type PartitionTarget struct {
 	Path         string
 	Offset, Size int64

@@ -86,7 +86,7 @@ func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := diskPath + "@@" + itoa(parts[disk.ESP].Offset)
+	img := diskPath + "@@" + strconv.FormatInt(parts[disk.ESP].Offset, 10)
 	tmp := filepath.Join(t.TempDir(), "grubenv")
 	if out, err := exec.Command("mcopy", "-n", "-i", img, "::"+bootloader.EnvFile, tmp).CombinedOutput(); err != nil {
 		t.Fatalf("mcopy: %v %s", err, out)
@@ -112,8 +112,6 @@ func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
 	}
 	return env
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func bootUEFI(t *testing.T, diskPath string, allowReboot bool, nics ...string) *VM {
 	t.Helper()
