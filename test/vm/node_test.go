@@ -175,7 +175,14 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	}
 	// Init started k3s without the registry credentials (they live in the API); the agent
 	// rendered them in and restarted k3s in place once.
-	if c := strings.Count(vm.Console(), "k3s-standin: server vm-1 registered"); c != 2 {
+	// Ready can come before the restart's k3s has registered again, so wait for the second
+	// registration, then give a needless third start time to show itself.
+	registered := func() int { return strings.Count(vm.Console(), "k3s-standin: server vm-1 registered") }
+	_ = wait.PollUntilContextTimeout(t.Context(), time.Second, 60*time.Second, true, func(context.Context) (bool, error) {
+		return registered() >= 2, nil
+	})
+	time.Sleep(5 * time.Second)
+	if c := registered(); c != 2 {
 		t.Errorf("k3s started %d times; want 2 (boot, then one restart for the registry credentials)", c)
 	}
 	report.Line("installed VM joins the API (TCG, from QEMU start): Node Ready %s, Machine Ready with hardware %s", nodeReady.Round(time.Second), machineReady.Round(time.Second))
