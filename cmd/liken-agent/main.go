@@ -7,12 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,9 +20,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.dev/liken/internal/agent"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/host/hardware"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
+	"liken.dev/liken/internal/initramfs"
+	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
 )
@@ -67,7 +71,7 @@ func run() error {
 		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
 		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, DataDir: *dataDir},
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
-		Trial: trialBoot(), Committer: supervisor.Client{Socket: *socket},
+		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition,
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
 		Log:      log, Metrics: m,
 	})
@@ -89,14 +93,24 @@ func run() error {
 	return a.Run(ctx)
 }
 
-// trialBoot reads liken.trial=1 from the kernel command line, which the boot loader sets on
-// the one boot of a slot under trial.
-func trialBoot() bool {
-	b, _ := os.ReadFile("/proc/cmdline")
-	for _, w := range strings.Fields(string(b)) {
-		if w == "liken.trial=1" {
-			return true
-		}
+// slotPartition finds a slot's partition by its label, never by device name.
+func slotPartition(slot string) (release.PartitionTarget, error) {
+	label := disk.SlotA
+	if slot == bootloader.SlotB {
+		label = disk.SlotB
 	}
-	return false
+	dev, err := initramfs.WaitForDevice("PARTLABEL="+label, 5*time.Second)
+	if err != nil {
+		return release.PartitionTarget{}, fmt.Errorf("finding slot %s: %w", slot, err)
+	}
+	f, err := os.Open(dev)
+	if err != nil {
+		return release.PartitionTarget{}, fmt.Errorf("finding slot %s: %w", slot, err)
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return release.PartitionTarget{}, fmt.Errorf("sizing slot %s (%s): %w", slot, dev, err)
+	}
+	return release.PartitionTarget{Path: dev, Size: size}, nil
 }

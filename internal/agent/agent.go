@@ -3,7 +3,9 @@
 // difference is classified through the class table (internal/change): Live changes are
 // applied at once (sysctls, node labels and taints, policy), RestartK3s changes re-render
 // k3s's files and restart k3s in place only when the bytes on this machine change, NextBoot
-// and Reboot changes are staged in status.pending. Nothing here reboots.
+// and Reboot changes are staged in status.pending. A new release is written into the
+// inactive slot (upgrade.go); an approved reboot or an operator's request reboots through
+// init, trying the new slot or kernel arguments once, and the boot after says how it went.
 package agent
 
 import (
@@ -29,18 +31,15 @@ import (
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
 )
 
 // Restarter restarts k3s in place. On a machine it is init's supervisor, reached over its
 // local socket; it signals the k3s process only, so containers keep running.
 type Restarter interface {
 	RestartK3s(ctx context.Context) error
-}
-
-// Committer makes a trial boot's slot the default: init, over its socket.
-type Committer interface {
-	CommitTrial(ctx context.Context) error
 }
 
 // Config is what an agent needs.
@@ -60,17 +59,18 @@ type Config struct {
 	Join string
 	// Restarter restarts k3s.
 	Restarter Restarter
-	// Trial is set when this boot is a trial of a slot (liken.trial=1 on the kernel command
-	// line); Committer makes the slot the default once the machine is healthy.
-	Trial     bool
-	Committer Committer
+	// Boot is init's control of the boot loader: what this boot is, the slots, trials and
+	// reboots. Nil where liken's init did not boot the machine: then releases, trials and
+	// reboots are not managed.
+	Boot Boot
+	// SlotDevice says where each slot's bytes are; Fetcher downloads releases (nil: defaults).
+	SlotDevice SlotDevice
+	Fetcher    *release.Fetcher
 	// RestartDelay is how long rendered k3s files must stay unchanged before k3s is
 	// restarted, so a burst of edits ends in one restart.
 	RestartDelay time.Duration
 	// Hardware is reported in status (read once at start by the caller).
 	Hardware *v1alpha1.Hardware
-	// Release describes the booted release (from init), when known.
-	Release *v1alpha1.RunningRelease
 	// Log is the structured logger; nil means slog.Default().
 	Log *slog.Logger
 	// Metrics records what the agent does; nil means a private registry.
@@ -95,7 +95,16 @@ type Agent struct {
 	mu         sync.Mutex
 	st         *state.State
 	lastRender time.Time
-	committed  bool
+	// bootInfo is what init says this boot is; attemptResolved once the last trial is settled.
+	bootInfo        *supervisor.BootInfo
+	attemptResolved bool
+	// job writes or checks the inactive slot; verified maps a slot to the digest it was
+	// found to hold this boot.
+	job            *slotJob
+	verified       map[string]string
+	jobRetryAt     time.Time
+	jobRetryDigest string
+	jobLastErr     string
 	// lastFailureKey names the failures last reported, so each new set gets one Event.
 	lastFailureKey string
 }
@@ -103,6 +112,7 @@ type Agent struct {
 const (
 	keyReconcile = "reconcile"
 	keyRestart   = "restart-k3s"
+	keyJob       = "slot-job"
 )
 
 // New makes an agent. It loads the persisted state; nothing is applied before Run.
@@ -138,7 +148,8 @@ func New(cfg Config) (*Agent, error) {
 		liken: lc,
 		kube:  kc,
 		log:   cfg.Log.With("machine", cfg.Machine),
-		st:    st,
+		st:       st,
+		verified: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "agent"}),
@@ -235,6 +246,8 @@ func (a *Agent) handle(ctx context.Context, key string) error {
 	switch key {
 	case keyRestart:
 		return a.restartK3s(ctx)
+	case keyJob:
+		return a.finishJob(ctx)
 	default:
 		if !a.synced.Load() {
 			return nil // the sync above enqueues a pass

@@ -56,6 +56,9 @@ type sim struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	metrics *Metrics
+	// bootCtl and slotDevice, when set, stand for init's boot control and the slots.
+	bootCtl    Boot
+	slotDevice SlotDevice
 }
 
 func newSim(t testing.TB, name string, role v1alpha1.Role) *sim {
@@ -123,6 +126,7 @@ func (s *sim) start(t testing.TB) {
 		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443",
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
+		Boot: s.bootCtl, SlotDevice: s.slotDevice,
 	})
 	if err != nil {
 		t.Fatal(err)

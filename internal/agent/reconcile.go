@@ -28,6 +28,9 @@ type outcome struct {
 	nodeReady bool
 	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
 	clusterPolicy v1alpha1.RebootPolicy
+	// view is where the machine stands with releases; rebooting once a reboot is asked of init.
+	view      *upgradeView
+	rebooting bool
 }
 
 // reconcile is one pass: read, classify, apply live, render k3s, stage the rest, persist,
@@ -37,6 +40,17 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err != nil || m == nil || c == nil {
 		// Nothing to do until both documents are known; the watch brings them.
 		return err
+	}
+	if a.cfg.Boot != nil && a.bootInfo == nil {
+		if err := a.loadBoot(ctx); err != nil {
+			return err
+		}
+	}
+	if !a.attemptResolved {
+		if err := a.resolveAttempt(m); err != nil {
+			return err
+		}
+		a.attemptResolved = true
 	}
 	desired := change.Spec{Cluster: c.Spec, Machine: m.Spec}
 	applied := desired
@@ -61,11 +75,13 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err := a.applyK3s(ctx, m, c, out); err != nil {
 		out.failures["k3s"] = err.Error()
 	}
+	out.view = a.upgrade(ctx, m, c, out)
 
 	newApplied, err := change.Keep(applied, desired, func(fc v1alpha1.FieldClass) bool { return change.Staged(fc.Class) })
 	if err != nil {
 		return err
 	}
+	a.groundStaged(&newApplied, m, c)
 	pending, err := a.pending(newApplied, desired, out)
 	if err != nil {
 		return err
@@ -87,7 +103,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return err
 	}
 	a.record(m, out)
-	if err := a.commitTrial(ctx, m, out); err != nil {
+	if err := a.commitTrial(ctx, m, c, out); err != nil {
+		return err
+	}
+	if rebooting, err := a.maybeReboot(ctx, m, out.view, change.PendingHash(pending), out); err != nil || rebooting {
 		return err
 	}
 	return a.writeStatus(ctx, m, out)
@@ -96,21 +115,34 @@ func (a *Agent) reconcile(ctx context.Context) error {
 // commitTrial makes a trial boot permanent once the machine is really back: k3s healthy and
 // its Node Ready, and every live change applied. Until then, init's health deadline (and the
 // watchdog) send a failed trial back to the last good slot.
-func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, out *outcome) error {
-	if !a.cfg.Trial || a.committed || !out.nodeReady || len(out.failures) > 0 || a.st.K3sRestartPending {
+func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, out *outcome) error {
+	bi := a.bootInfo
+	if bi == nil || !bi.Trial || bi.Committed || !out.nodeReady || len(out.failures) > 0 || a.st.K3sRestartPending {
 		return nil
 	}
-	if a.cfg.Committer == nil {
-		return errors.New("this boot is a trial but the agent has no way to commit it")
-	}
-	if err := a.cfg.Committer.CommitTrial(ctx); err != nil {
+	if err := a.cfg.Boot.CommitTrial(ctx); err != nil {
 		return err
 	}
-	a.committed = true
-	a.log.Info("trial committed: this slot is now the default")
-	if a.recorder != nil {
-		a.recorder.Event(m, corev1.EventTypeNormal, v1alpha1.ReasonCommitted, "the trial boot is healthy: its slot is now the default")
+	if err := a.loadBoot(ctx); err != nil {
+		return err
 	}
+	rec := a.bootInfo.Slots[bi.Slot]
+	if at := a.st.Attempt; at != nil && at.Slot == bi.Slot {
+		a.forgetFailure(at.Digest)
+		if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == at.KernelArgs {
+			a.st.FailedKernelArgs = nil
+		}
+		a.st.Attempt = nil
+		if err := a.cfg.State.Save(a.st); err != nil {
+			return err
+		}
+	}
+	a.log.Info("trial committed: this slot is now the default", "slot", bi.Slot, "version", rec.Version)
+	if a.recorder != nil {
+		a.recorder.Eventf(m, corev1.EventTypeNormal, v1alpha1.ReasonCommitted, "the trial boot of slot %s (release %s, kernel arguments %q) is healthy: it is the default now", bi.Slot, rec.Version, bi.KernelArgs)
+	}
+	// The view was computed before the commit.
+	out.view = a.upgrade(ctx, m, c, out)
 	return nil
 }
 

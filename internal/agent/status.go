@@ -21,13 +21,28 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	if a.cfg.Hardware != nil {
 		s.Hardware = a.cfg.Hardware.DeepCopy()
 	}
-	if a.cfg.Release != nil {
-		s.Release = a.cfg.Release.DeepCopy()
-	}
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
 	s.PendingCount = int32(len(s.Pending))
 	s.PendingHash = change.PendingHash(s.Pending)
 	s.Reboot.State, s.Reboot.Message = rebootState(m, out.clusterPolicy, s.Pending, s.PendingHash)
+	s.Reboot.ApprovedHash = a.st.ApprovedHash
+	s.Reboot.LastRequestHandled = a.st.LastRequestHandled
+	s.Reboot.LastRebootTime = a.st.LastRebootTime
+	var failed *v1alpha1.FailedRelease
+	if v := out.view; v != nil {
+		s.Release = v.release
+		s.Upgrade = *v.status.DeepCopy()
+		failed = v.failed
+		switch {
+		case v.status.State == v1alpha1.UpgradeFellBack:
+			s.Reboot.State, s.Reboot.Message = v1alpha1.RebootNone, "no reboot: the wanted release failed its trial here"
+		case v.status.State == v1alpha1.UpgradeDownloading && s.Reboot.State != v1alpha1.RebootNone:
+			s.Reboot.Message = "the new release is still being written into the inactive slot; " + s.Reboot.Message
+		}
+	}
+	if out.rebooting {
+		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"
+	}
 	if s.Upgrade.State == "" {
 		s.Upgrade.State = v1alpha1.UpgradeIdle
 	}
@@ -37,6 +52,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		pending:        s.Pending,
 		nodeFound:      out.nodeFound,
 		nodeReady:      out.nodeReady,
+		trialFailed:    failed,
 	}) {
 		c.ObservedGeneration = m.Generation
 		meta.SetStatusCondition(&s.Conditions, c)
@@ -77,6 +93,8 @@ type condInput struct {
 	pending        []v1alpha1.PendingChange
 	nodeFound      bool
 	nodeReady      bool
+	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
+	trialFailed *v1alpha1.FailedRelease
 }
 
 // conditions computes the Machine's conditions (see api/v1alpha1/conditions.go).
@@ -108,9 +126,21 @@ func conditions(in condInput) []metav1.Condition {
 	} else {
 		add(v1alpha1.MachineRebootPending, false, v1alpha1.ReasonNothingPending, "nothing is staged")
 	}
-	if failed != "" {
-		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
+	if f := in.trialFailed; f != nil {
+		msg := f.Message
+		if f.Version != "" {
+			msg = fmt.Sprintf("release %s (%s): %s", f.Version, f.Digest, f.Message)
+		}
+		add(v1alpha1.MachineUpgradeFailed, true, f.Reason, msg)
 	} else {
+		add(v1alpha1.MachineUpgradeFailed, false, v1alpha1.ReasonCommitted, "no trial of the wanted release or kernel arguments has failed")
+	}
+	switch {
+	case failed != "":
+		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
+	case in.trialFailed != nil:
+		add(v1alpha1.MachineDegraded, true, in.trialFailed.Reason, "a trial failed: see the UpgradeFailed condition")
+	default:
 		add(v1alpha1.MachineDegraded, false, v1alpha1.ReasonHealthy, "nothing has failed")
 	}
 	switch {

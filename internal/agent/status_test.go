@@ -16,7 +16,10 @@ func TestConditions(t *testing.T) {
 		want map[string]string // type → status/reason
 	}{
 		{"all good", condInput{nodeFound: true, nodeReady: true}, map[string]string{
-			"ConfigApplied": "True/Applied", "RebootPending": "False/NothingPending", "Degraded": "False/Healthy", "Ready": "True/Ready"}},
+			"ConfigApplied": "True/Applied", "RebootPending": "False/NothingPending", "Degraded": "False/Healthy", "Ready": "True/Ready",
+			"UpgradeFailed": "False/Committed"}},
+		{"trial failed", condInput{nodeFound: true, nodeReady: true, trialFailed: &v1alpha1.FailedRelease{Digest: "sha256:x", Version: "v", Reason: v1alpha1.ReasonKernelPanic, Message: "the kernel panicked"}}, map[string]string{
+			"UpgradeFailed": "True/KernelPanic", "Degraded": "True/KernelPanic", "Ready": "True/Ready"}},
 		{"item failed", condInput{failures: map[string]string{"sysctl x": "no"}, nodeFound: true, nodeReady: true}, map[string]string{
 			"ConfigApplied": "False/ApplyFailed", "Degraded": "True/ApplyFailed", "Ready": "False/Reconciling"}},
 		{"restart pending", condInput{restartPending: true, nodeFound: true, nodeReady: true}, map[string]string{
@@ -35,8 +38,8 @@ func TestConditions(t *testing.T) {
 					t.Errorf("%s has no message", c.Type)
 				}
 			}
-			if len(got) != 4 {
-				t.Errorf("got %d conditions, want 4", len(got))
+			if len(got) != 5 {
+				t.Errorf("got %d conditions, want 5", len(got))
 			}
 			for k, v := range tt.want {
 				if got[k] != v {

@@ -2,7 +2,9 @@
 // trial, and the environment block both GRUB and liken read and write.
 //
 // The trial protocol: the environment block names default_slot (the last slot that booted
-// successfully) and, while an upgrade is tried, trial_slot. GRUB boots trial_slot once and
+// successfully) and, while an upgrade or new kernel arguments are tried, trial_slot (and
+// trial_args, the arguments the trial boots with instead of kernel_args). GRUB boots
+// trial_slot once and
 // clears it in the environment block *before* it loads the kernel, so every failure after
 // that point (kernel panic, hang ended by the watchdog, power cut, failed health deadline
 // followed by a reboot) ends on default_slot. Only liken, once the tried slot is healthy,
@@ -113,9 +115,11 @@ load_env --file $envfile
 if [ "$default_slot" != "B" ]; then set default_slot=A; fi
 set slot=$default_slot
 set trial=0
+set args=$kernel_args
 if [ "$trial_slot" = "A" -o "$trial_slot" = "B" ]; then
   set slot=$trial_slot
   set trial=1
+  set args=$trial_args
   # Consumed before the kernel starts: whatever happens next, the following boot is the
   # last good slot unless liken commits this one.
   set trial_slot=
@@ -124,17 +128,17 @@ fi
 function boot_slot {
   if [ "$1" = "A" ]; then set part=2; set label=liken-slot-a; else set part=3; set label=liken-slot-b; fi
   echo "liken-grub: booting slot $1 (trial $2)"
-  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $kernel_args; then
+  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $install_args $3; then
     if initrd ($disk,gpt$part)/initramfs.img; then
       boot
     fi
   fi
   echo "liken-grub: slot $1 could not be loaded"
 }
-boot_slot $slot $trial
+boot_slot $slot $trial "$args"
 if [ "$trial" = "1" ]; then
   echo "liken-grub: trial of slot $slot failed to load; booting the last good slot $default_slot"
-  boot_slot $default_slot 0
+  boot_slot $default_slot 0 "$kernel_args"
 fi
 echo "liken-grub: no slot could be loaded; rebooting in 10 seconds"
 sleep 10

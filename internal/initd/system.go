@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
 )
 
@@ -47,23 +47,38 @@ type system struct {
 	cluster *v1alpha1.Cluster
 	index   *layer.Index
 	join    string
+	version string
+	boot    *bootControl
+	// rebootCh receives the agent's reboot requests (through boot).
+	rebootCh chan string
 }
 
 // Main runs the booted system as PID 1; it never returns.
 func Main() {
-	initramfs.Fail(os.Stdout, systemStage(os.Stdout))
+	s, err := systemStage(os.Stdout)
+	if s != nil && s.boot != nil {
+		s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, err.Error() })
+		if s.boot.trial {
+			// The boot loader already chose the last good slot for the next boot.
+			fmt.Fprintf(s.log, "liken-init: %v\nliken-init: this trial failed; rebooting into the last good slot in 5 s\n", err)
+			unix.Sync()
+			time.Sleep(5 * time.Second)
+			unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+		}
+	}
+	initramfs.Fail(os.Stdout, err)
 }
 
-func systemStage(log io.Writer) error {
+func systemStage(log io.Writer) (*system, error) {
 	version, _ := os.ReadFile(initramfs.VersionFile)
 	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", initramfs.Uptime(), strings.TrimSpace(string(version)))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
-	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw))}
+	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw)), version: strings.TrimSpace(string(version)), rebootCh: make(chan string, 1)}
 	if s.cmd["liken.test"] == "poweroff" && s.cmd["liken.test.stage"] == "system" {
 		// Boot tests that stop at the root image.
 		fmt.Fprintln(log, "liken-init: test boot complete; powering off")
 		unix.Sync()
-		return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+		return s, unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	}
 	go reap()
 	for _, step := range []struct {
@@ -71,6 +86,7 @@ func systemStage(log io.Writer) error {
 		fn   func() error
 	}{
 		{"mounting the system's filesystems", s.mounts},
+		{"recording this boot", s.recordBoot},
 		{"loading the system modules", s.modules},
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
@@ -78,10 +94,27 @@ func systemStage(log io.Writer) error {
 		{"preparing k3s", s.prepareK3s},
 	} {
 		if err := step.fn(); err != nil {
-			return fmt.Errorf("%s: %w", step.name, err)
+			return s, fmt.Errorf("%s: %w", step.name, err)
 		}
 	}
-	return s.run()
+	return s, s.run()
+}
+
+// recordBoot starts this boot's record in the boot log, with what the boot before left
+// behind: a panic's log in the firmware's store, a reset by the watchdog.
+func (s *system) recordBoot() error {
+	s.boot = newBootControl(s.log, s.cmd, s.version, func(why string) {
+		select {
+		case s.rebootCh <- why:
+		default:
+		}
+	})
+	panicLog := readPstore(s.log)
+	s.boot.record(func(r *state.BootRecord) {
+		r.Slot, r.Trial, r.Version, r.Reached, r.Panic = s.boot.slot, s.boot.trial, s.version, state.ReachedSystem, panicLog
+		r.Started = s.boot.bootTime
+	})
+	return nil
 }
 
 func (s *system) mounts() error {
@@ -298,34 +331,31 @@ func (s *system) run() error {
 		Env: []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
 	registerSupervised("k3s", k3sProc.PID)
 	registerSupervised("liken-agent", agentProc.PID)
-	server := &supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}}
+	server := &supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}, Boot: s.boot}
 	sig := make(chan os.Signal, 1)
-	slot, trial := s.cmd["liken.slot"], s.cmd["liken.trial"] == "1"
+	trial := s.boot.trial
 	if trial {
 		// The boot loader already made the next boot the last good slot; this boot becomes
 		// the default only when the agent finds it healthy in time.
-		committed := make(chan struct{})
-		var once sync.Once
-		server.CommitTrial = func() error {
-			if err := commitSlot(slot); err != nil {
-				return err
-			}
-			once.Do(func() { close(committed) })
-			fmt.Fprintf(s.log, "liken-init: trial of slot %s committed: it is the default now\n", slot)
-			return nil
-		}
 		deadline := s.trialDeadline()
-		fmt.Fprintf(s.log, "liken-init: trial boot of slot %s; health deadline %s\n", slot, deadline)
+		fmt.Fprintf(s.log, "liken-init: trial boot of slot %s; health deadline %s\n", s.boot.slot, deadline)
 		go func() {
 			select {
-			case <-committed:
+			case <-s.boot.committedCh:
 			case <-time.After(deadline):
-				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", slot)
+				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", s.boot.slot)
+				s.boot.record(func(r *state.BootRecord) {
+					r.End, r.Message = state.EndHealthDeadline, fmt.Sprintf("not found healthy within %s", deadline)
+				})
 				sig <- unix.SIGTERM
 			}
 		}()
 	}
-	stopWatchdog := s.watchdog()
+	stopWatchdog, watchdogReset := s.watchdog()
+	if watchdogReset {
+		fmt.Fprintln(s.log, "liken-init: the watchdog reset this machine before this boot")
+		s.boot.record(func(r *state.BootRecord) { r.WatchdogReset = true })
+	}
 	if trial {
 		s.injectTrialFault() // VM tests only: liken.test.fail=...
 	}
@@ -337,6 +367,11 @@ func (s *system) run() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Fprintf(s.log, "liken-init: started k3s (pid %d) at %s\n", k3sProc.PID(), initramfs.Uptime())
+	s.boot.record(func(r *state.BootRecord) {
+		if r.Reached == state.ReachedSystem {
+			r.Reached = state.ReachedK3s
+		}
+	})
 
 	// SIGTERM asks for a reboot, SIGUSR2 for a power-off (as the agent will ask); with
 	// ctrl-alt-del disabled the kernel sends SIGINT.
@@ -350,9 +385,25 @@ func (s *system) run() error {
 		case <-sig:
 		}
 		action = unix.LINUX_REBOOT_CMD_POWER_OFF
-	} else if <-sig == unix.SIGUSR2 {
-		action = unix.LINUX_REBOOT_CMD_POWER_OFF
+	} else {
+		select {
+		case why := <-s.rebootCh:
+			fmt.Fprintf(s.log, "liken-init: reboot: %s\n", why)
+		case got := <-sig:
+			if got == unix.SIGUSR2 {
+				action = unix.LINUX_REBOOT_CMD_POWER_OFF
+			}
+		}
 	}
+	end := state.EndReboot
+	if action == unix.LINUX_REBOOT_CMD_POWER_OFF {
+		end = state.EndPowerOff
+	}
+	s.boot.record(func(r *state.BootRecord) {
+		if r.End == "" {
+			r.End = end
+		}
+	})
 	fmt.Fprintln(s.log, "liken-init: shutting down: stopping the agent and k3s")
 	cancel()
 	<-done

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/bootloader"
@@ -38,19 +39,10 @@ type Options struct {
 	// Wipe allows writing a disk that is not empty.
 	Wipe   bool
 	Layout disk.Layout
-	// KernelArgs are written into the boot loader's environment for every boot.
+	// KernelArgs are written into the boot loader's environment for every boot (install_args).
 	KernelArgs string
 	Fetcher    *release.Fetcher
 	Log        io.Writer
-}
-
-// Slots is EFI/liken/slots.json on the ESP: which release each slot holds.
-type Slots map[string]SlotInfo
-
-// SlotInfo is the release in one slot.
-type SlotInfo struct {
-	Version string `json:"version"`
-	Digest  string `json:"digest"`
 }
 
 // Install writes the disk.
@@ -134,7 +126,7 @@ func Install(ctx context.Context, o Options) error {
 		return err
 	}
 	step("writing the ESP (GRUB, A/B configuration, environment block)")
-	slots := Slots{"A": {Version: version, Digest: o.Pin}}
+	slots := bootloader.Slots{bootloader.SlotA: {State: bootloader.SlotReady, Version: version, Digest: o.Pin, SHA256: slot.SHA256, Size: slot.Size, At: time.Now().UTC().Truncate(time.Second)}}
 	if err := writeESP(work, efiPath, o, parts[disk.ESP], slots); err != nil {
 		return err
 	}
@@ -256,17 +248,27 @@ func lookUp(ctx context.Context, f *release.Fetcher, channel, pin string) (strin
 }
 
 // writeESP makes the FAT ESP image with mtools and copies it into its partition.
-func writeESP(work, efi string, o Options, ext disk.Extent, slots Slots) error {
+func writeESP(work, efi string, o Options, ext disk.Extent, slots bootloader.Slots) error {
 	img := filepath.Join(work, "esp.img")
 	if out, err := exec.Command("mkfs.vfat", "-F", "32", "-S", "512", "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size>>10)).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.vfat: %w: %s", err, out)
 	}
-	env, err := bootloader.Env{"default_slot": "A", "trial_slot": "", "kernel_args": o.KernelArgs}.Encode()
+	// The Cluster's and Machine's kernelArgs are not known here (the machine may be found
+	// by its hardware at boot): the agent stages them, and the next boot tries them.
+	env, err := bootloader.Env{bootloader.EnvDefaultSlot: bootloader.SlotA, bootloader.EnvTrialSlot: "",
+		bootloader.EnvInstallArgs: o.KernelArgs, bootloader.EnvKernelArgs: "", bootloader.EnvTrialArgs: ""}.Encode()
 	if err != nil {
 		return err
 	}
-	sj, _ := json.MarshalIndent(slots, "", "  ")
-	files := map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env, "EFI/liken/slots.json": append(sj, '\n')}
+	sj := filepath.Join(work, "slots.json")
+	if err := bootloader.WriteSlots(sj, slots); err != nil {
+		return err
+	}
+	sjb, err := os.ReadFile(sj)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env, bootloader.SlotsFile: sjb}
 	for _, d := range []string{"::EFI", "::EFI/BOOT", "::" + bootloader.ConfigDir} {
 		if out, err := exec.Command("mmd", "-i", img, d).CombinedOutput(); err != nil {
 			return fmt.Errorf("mmd %s: %w: %s", d, err, out)

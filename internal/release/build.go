@@ -18,12 +18,13 @@ import (
 	"liken.dev/liken/internal/cpio"
 )
 
-// BootModules are loaded by init in the initramfs: disks, filesystems and watchdogs. The
+// BootModules are loaded by init in the initramfs: disks, filesystems, watchdogs and the
+// EFI store that keeps a panic's log for the next boot (why a trial failed). The
 // Debian kernel builds none of them in.
 var BootModules = []string{
 	"virtio_pci", "virtio_blk", "virtio_scsi", "virtio_rng", "nvme", "ahci", "sd_mod",
 	"squashfs", "ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "loop",
-	"efivarfs", "i6300esb", "softdog",
+	"efivarfs", "efi_pstore", "i6300esb", "softdog",
 }
 
 // SystemModules are in the root image for the booted system and k3s (k3s modprobes some of

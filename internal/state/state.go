@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/change"
@@ -43,6 +45,44 @@ type State struct {
 	// K3sRestartPending is set before rendered k3s files are replaced and cleared once
 	// the supervisor restarted k3s, so a crash in between still ends in a restart.
 	K3sRestartPending bool `json:"k3sRestartPending,omitempty"`
+	// Attempt is the trial armed before the last reboot the agent asked for, kept until the
+	// boot after it says how it went.
+	Attempt *Attempt `json:"attempt,omitempty"`
+	// FailedReleases are the releases whose trial failed here; none is tried again unless
+	// spec.retryFailedDigest names it.
+	FailedReleases []v1alpha1.FailedRelease `json:"failedReleases,omitempty"`
+	// FailedKernelArgs are kernel arguments whose trial failed; they are not tried again
+	// until the spec asks for different ones.
+	FailedKernelArgs *FailedArgs `json:"failedKernelArgs,omitempty"`
+	// LastRequestHandled is the requestedAt of the last reboot request carried out.
+	LastRequestHandled *metav1.Time `json:"lastRequestHandled,omitempty"`
+	// LastRebootTime is when the agent last asked init to reboot.
+	LastRebootTime *metav1.Time `json:"lastRebootTime,omitempty"`
+	// ApprovedHash is the pending hash of the approval the last reboot acted on.
+	ApprovedHash string `json:"approvedHash,omitempty"`
+}
+
+// Attempt is a trial boot the agent armed: a release in a slot, kernel arguments, or both.
+type Attempt struct {
+	Slot       string `json:"slot"`
+	Version    string `json:"version"`
+	Digest     string `json:"digest"`
+	KernelArgs string `json:"kernelArgs"`
+	// From* are what the machine ran when it armed the trial.
+	FromSlot       string `json:"fromSlot"`
+	FromDigest     string `json:"fromDigest"`
+	FromKernelArgs string `json:"fromKernelArgs"`
+	// BootID is the boot that armed the trial.
+	BootID string      `json:"bootID"`
+	At     metav1.Time `json:"at"`
+}
+
+// FailedArgs are kernel arguments whose trial failed.
+type FailedArgs struct {
+	Args    string      `json:"args"`
+	Reason  string      `json:"reason"`
+	Message string      `json:"message,omitempty"`
+	At      metav1.Time `json:"at"`
 }
 
 // Store reads and writes the state file in a directory.

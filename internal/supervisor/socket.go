@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,9 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/state"
 )
 
 // DefaultSocket is where init listens for the agent's requests.
@@ -19,11 +23,56 @@ const DefaultSocket = "/run/liken/init.sock"
 //
 //	POST /v1/processes/<name>/restart   restart one process; 200 with {"pid": N}
 //	GET  /v1/processes                  {"<name>": {"pid": N, "starts": N}}
+//	GET  /v1/boot                       BootInfo
+//	PUT  /v1/slots/<A|B>                record what a slot holds (bootloader.SlotRecord)
+//	POST /v1/reboot                     RebootRequest: arm a trial (or not) and reboot
+//	POST /v1/trial/commit               the tried slot is healthy: make it the default
 type Server struct {
 	Processes map[string]*Process
-	// CommitTrial, when set, answers POST /v1/trial/commit: the agent found the tried slot
-	// healthy and init makes it the default.
-	CommitTrial func() error
+	// Boot is init's control of the boot loader; nil answers 501.
+	Boot Boot
+}
+
+// Boot is init's side of the boot loader, which the agent drives over the socket: init
+// owns the ESP, so every change to it goes through one process.
+type Boot interface {
+	Info() (BootInfo, error)
+	// SetSlot records what a slot holds; the booted and the default slot are refused.
+	SetSlot(slot string, r bootloader.SlotRecord) error
+	// Reboot arms the trial the request names, if any, and reboots the machine.
+	Reboot(r RebootRequest) error
+	// Commit makes the slot this trial booted (and its kernel arguments) the default.
+	Commit() error
+}
+
+// BootInfo is what the machine booted.
+type BootInfo struct {
+	// Slot booted, and whether this boot is a trial (and, if so, whether it was committed).
+	Slot      string `json:"slot"`
+	Trial     bool   `json:"trial,omitempty"`
+	Committed bool   `json:"committed,omitempty"`
+	// DefaultSlot is the slot the boot loader falls back to: the last good one.
+	DefaultSlot string `json:"defaultSlot"`
+	// Version is the release in the booted root image.
+	Version string `json:"version,omitempty"`
+	// KernelArgs are the Cluster's and Machine's kernelArgs this boot runs with.
+	KernelArgs string `json:"kernelArgs"`
+	// BootID is the kernel's boot_id; BootTime when the kernel started.
+	BootID   string    `json:"bootID"`
+	BootTime time.Time `json:"bootTime"`
+	// Slots are the slot records from the ESP.
+	Slots bootloader.Slots `json:"slots"`
+	// Boots is init's log of recent boots, oldest first, this one last.
+	Boots []state.BootRecord `json:"boots,omitempty"`
+}
+
+// RebootRequest asks init to reboot, trying TrialSlot with TrialArgs once when TrialSlot is
+// set.
+type RebootRequest struct {
+	TrialSlot string `json:"trialSlot,omitempty"`
+	TrialArgs string `json:"trialArgs,omitempty"`
+	// Why is printed on the console.
+	Why string `json:"why,omitempty"`
 }
 
 // Serve listens on path (replacing a stale socket) until ctx ends. Only root may connect.
@@ -58,13 +107,53 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 		}
 		json.NewEncoder(w).Encode(out)
 	})
-	mux.HandleFunc("POST /v1/trial/commit", func(w http.ResponseWriter, r *http.Request) {
-		if s.CommitTrial == nil {
-			http.Error(w, "this boot is not a trial", http.StatusConflict)
+	boot := func(w http.ResponseWriter) bool {
+		if s.Boot == nil {
+			http.Error(w, "this init has no boot loader control", http.StatusNotImplemented)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("GET /v1/boot", func(w http.ResponseWriter, r *http.Request) {
+		if !boot(w) {
 			return
 		}
-		if err := s.CommitTrial(); err != nil {
+		info, err := s.Boot.Info()
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		json.NewEncoder(w).Encode(info)
+	})
+	mux.HandleFunc("PUT /v1/slots/{slot}", func(w http.ResponseWriter, r *http.Request) {
+		var rec bootloader.SlotRecord
+		if !boot(w) || !decode(w, r, &rec) {
+			return
+		}
+		if err := s.Boot.SetSlot(r.PathValue("slot"), rec); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		io.WriteString(w, "recorded\n")
+	})
+	mux.HandleFunc("POST /v1/reboot", func(w http.ResponseWriter, r *http.Request) {
+		var req RebootRequest
+		if !boot(w) || !decode(w, r, &req) {
+			return
+		}
+		if err := s.Boot.Reboot(req); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, "rebooting\n")
+	})
+	mux.HandleFunc("POST /v1/trial/commit", func(w http.ResponseWriter, r *http.Request) {
+		if !boot(w) {
+			return
+		}
+		if err := s.Boot.Commit(); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
 		io.WriteString(w, "committed\n")
@@ -80,7 +169,16 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 	return nil
 }
 
-// Client asks init's supervisor for restarts; it is the agent's Restarter.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(v); err != nil {
+		http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+// Client asks init's supervisor for restarts and drives the boot loader through init; it
+// is the agent's Restarter and Boot.
 type Client struct {
 	Socket string
 }
@@ -122,18 +220,54 @@ func (c Client) RestartK3s(ctx context.Context) error {
 
 // CommitTrial asks init to make the slot this trial booted the default.
 func (c Client) CommitTrial(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://init/v1/trial/commit", nil)
+	return c.call(ctx, http.MethodPost, "/v1/trial/commit", nil, nil, "asking init to commit the trial")
+}
+
+// BootInfo asks init what the machine booted.
+func (c Client) BootInfo(ctx context.Context) (*BootInfo, error) {
+	var info BootInfo
+	if err := c.call(ctx, http.MethodGet, "/v1/boot", nil, &info, "asking init what this machine booted"); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// SetSlot asks init to record what a slot holds.
+func (c Client) SetSlot(ctx context.Context, slot string, r bootloader.SlotRecord) error {
+	return c.call(ctx, http.MethodPut, "/v1/slots/"+slot, r, nil, "asking init to record slot "+slot)
+}
+
+// Reboot asks init to arm the request's trial and reboot.
+func (c Client) Reboot(ctx context.Context, r RebootRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/reboot", r, nil, "asking init to reboot")
+}
+
+func (c Client) call(ctx context.Context, method, path string, in, out any, doing string) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s: %w", doing, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://init"+path, body)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", doing, err)
 	}
 	resp, err := c.http().Do(req)
 	if err != nil {
-		return fmt.Errorf("asking init to commit the trial: %w", err)
+		return fmt.Errorf("%s: %w", doing, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("asking init to commit the trial: %s: %s", resp.Status, b)
+		return fmt.Errorf("%s: %s: %s", doing, resp.Status, bytes.TrimSpace(b))
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s: %w", doing, err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,620 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/change"
+	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
+)
+
+// Boot is init's control of the boot loader, over its socket (supervisor.Client): what the
+// machine booted, what each slot holds, trials and reboots.
+type Boot interface {
+	BootInfo(ctx context.Context) (*supervisor.BootInfo, error)
+	SetSlot(ctx context.Context, slot string, r bootloader.SlotRecord) error
+	Reboot(ctx context.Context, r supervisor.RebootRequest) error
+	CommitTrial(ctx context.Context) error
+}
+
+// SlotDevice says where a slot's bytes live: its partition, or its region of a disk image.
+type SlotDevice func(slot string) (release.PartitionTarget, error)
+
+// slotJob writes (or checks) the inactive slot in the background; reconcile passes read its
+// progress and outcome.
+type slotJob struct {
+	slot, version, digest string
+	verifyOnly            bool
+	cancel                context.CancelFunc
+
+	mu          sync.Mutex
+	done, total int64
+	finished    bool
+	err         error
+}
+
+func (j *slotJob) progress() (done, total int64, finished bool, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.done, j.total, j.finished, j.err
+}
+
+// upgradeView is what one reconcile pass found about releases, for status.
+type upgradeView struct {
+	status  v1alpha1.UpgradeStatus
+	release *v1alpha1.RunningRelease
+	// staged: the inactive slot holds the wanted release, verified this boot.
+	staged bool
+	// trialSlot and trialArgs are what a reboot now would try; empty slot: a plain reboot.
+	trialSlot, trialArgs string
+	wantVersion, digest  string
+	// failed is the failure to report in UpgradeFailed, if the wanted release or arguments
+	// failed their trial.
+	failed *v1alpha1.FailedRelease
+}
+
+// wanted is the release this machine should run: its own override, else the Cluster's.
+func wanted(m *v1alpha1.Machine, c *v1alpha1.Cluster) (version, digest string) {
+	version = string(c.Spec.Version)
+	if m.Spec.Version != "" {
+		version = string(m.Spec.Version)
+	}
+	return version, string(c.Spec.Releases[version])
+}
+
+// specArgs are the Cluster's and the Machine's kernel arguments, as the boot loader holds them.
+func specArgs(c *v1alpha1.Cluster, m *v1alpha1.Machine) string {
+	return bootloader.JoinArgs(c.Spec.KernelArgs, m.Spec.KernelArgs)
+}
+
+// groundStaged makes the applied release and kernel arguments what this boot really runs,
+// so status.pending lists them exactly when the machine does not run what the spec asks.
+func (a *Agent) groundStaged(applied *change.Spec, m *v1alpha1.Machine, c *v1alpha1.Cluster) {
+	bi := a.bootInfo
+	if bi == nil {
+		return
+	}
+	running := bi.Slots[bi.Slot]
+	_, want := wanted(m, c)
+	if running.Digest != want {
+		if m.Spec.Version != "" {
+			applied.Machine.Version = v1alpha1.ReleaseVersion(running.Version)
+			applied.Cluster.Version = c.Spec.Version
+		} else {
+			applied.Cluster.Version = v1alpha1.ReleaseVersion(running.Version)
+			applied.Machine.Version = ""
+		}
+	} else {
+		applied.Cluster.Version, applied.Machine.Version = c.Spec.Version, m.Spec.Version
+	}
+	if specArgs(c, m) == bi.KernelArgs {
+		applied.Cluster.KernelArgs, applied.Machine.KernelArgs = c.Spec.KernelArgs, m.Spec.KernelArgs
+	} else if bootloader.JoinArgs(applied.Cluster.KernelArgs, applied.Machine.KernelArgs) != bi.KernelArgs {
+		// What ran before is not known field by field: show it all as the Cluster's.
+		applied.Cluster.KernelArgs, applied.Machine.KernelArgs = splitArgs(bi.KernelArgs), nil
+	}
+}
+
+func splitArgs(s string) []v1alpha1.KernelArg {
+	var out []v1alpha1.KernelArg
+	for _, f := range strings.Fields(s) {
+		out = append(out, v1alpha1.KernelArg(f))
+	}
+	return out
+}
+
+// loadBoot asks init what this boot is, once per change of what init knows.
+func (a *Agent) loadBoot(ctx context.Context) error {
+	if a.cfg.Boot == nil {
+		return nil
+	}
+	bi, err := a.cfg.Boot.BootInfo(ctx)
+	if err != nil {
+		return err
+	}
+	a.bootInfo = bi
+	return nil
+}
+
+// resolveAttempt settles the trial armed before the last reboot: committed (or still to be
+// committed, if this boot is that trial) or fallen back, with the reason the boot log gives.
+func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
+	at, bi := a.st.Attempt, a.bootInfo
+	if at == nil || bi == nil || bi.BootID == at.BootID {
+		return nil // no trial, or the reboot has not happened yet
+	}
+	if bi.Slot == at.Slot && bi.KernelArgs == at.KernelArgs {
+		if bi.Trial && !bi.Committed {
+			return nil // this boot is the trial: commitTrial settles it
+		}
+		a.st.Attempt = nil
+		a.forgetFailure(at.Digest)
+		return a.cfg.State.Save(a.st)
+	}
+	reason, msg := trialFailure(at, bi.Boots)
+	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
+	what := []string{}
+	if at.Digest != at.FromDigest {
+		a.forgetFailure(at.Digest)
+		a.st.FailedReleases = append(a.st.FailedReleases, v1alpha1.FailedRelease{Digest: at.Digest, Version: at.Version, Reason: reason, Message: msg, At: now})
+		what = append(what, fmt.Sprintf("release %s in slot %s", at.Version, at.Slot))
+	}
+	if at.KernelArgs != at.FromKernelArgs {
+		a.st.FailedKernelArgs = &state.FailedArgs{Args: at.KernelArgs, Reason: reason, Message: msg, At: now}
+		what = append(what, fmt.Sprintf("kernel arguments %q", at.KernelArgs))
+	}
+	a.st.Attempt = nil
+	if err := a.cfg.State.Save(a.st); err != nil {
+		return err
+	}
+	text := fmt.Sprintf("the trial of %s failed (%s: %s); the machine is back on slot %s", strings.Join(what, " and "), reason, msg, bi.Slot)
+	a.log.Warn(text)
+	if a.recorder != nil {
+		a.recorder.Event(m, corev1.EventTypeWarning, "TrialFailed", text)
+	}
+	return nil
+}
+
+func (a *Agent) forgetFailure(digest string) {
+	out := a.st.FailedReleases[:0]
+	for _, f := range a.st.FailedReleases {
+		if f.Digest != digest {
+			out = append(out, f)
+		}
+	}
+	a.st.FailedReleases = out
+}
+
+func (a *Agent) failedRelease(digest string) *v1alpha1.FailedRelease {
+	for i := range a.st.FailedReleases {
+		if a.st.FailedReleases[i].Digest == digest {
+			return &a.st.FailedReleases[i]
+		}
+	}
+	return nil
+}
+
+// trialFailure reads init's boot log for why the trial after at failed. The trial boot
+// may have said (a missed health deadline, a failed init); the boot after it may have found
+// a panic's log in the firmware's store or a watchdog reset; else the trial stopped without
+// a word: power lost, or a reset.
+func trialFailure(at *state.Attempt, boots []state.BootRecord) (reason, msg string) {
+	start := -1
+	for i, b := range boots {
+		if b.ID == at.BootID {
+			start = i
+		}
+	}
+	after := boots[start+1:]
+	var trial *state.BootRecord
+	var next []state.BootRecord
+	for i := range after {
+		if trial == nil && after[i].Slot == at.Slot && after[i].Trial {
+			trial = &after[i]
+			next = after[i+1:]
+		}
+	}
+	if trial == nil {
+		next = after
+	}
+	if trial != nil {
+		switch trial.End {
+		case state.EndHealthDeadline:
+			return v1alpha1.ReasonHealthDeadline, "the trial boot was not healthy in time: " + trial.Message
+		case state.EndInitFailed:
+			return v1alpha1.ReasonInitFailed, "liken's init failed in the trial boot: " + trial.Message
+		}
+	}
+	if len(next) > 0 {
+		n := next[0]
+		switch {
+		case strings.Contains(n.Panic, "Attempted to kill init"):
+			return v1alpha1.ReasonInitFailed, "init exited and the kernel panicked: " + firstLine(n.Panic)
+		case n.Panic != "":
+			return v1alpha1.ReasonKernelPanic, "the kernel panicked: " + firstLine(n.Panic)
+		case n.WatchdogReset:
+			return v1alpha1.ReasonWatchdog, "the machine stopped responding and the watchdog reset it"
+		}
+	}
+	if trial == nil {
+		return v1alpha1.ReasonTrialFailed, "the trial boot never reached liken's init (the kernel or the initramfs failed, or power was lost)"
+	}
+	return v1alpha1.ReasonBootInterrupted, fmt.Sprintf("the trial boot reached stage %q and then stopped without a word: power lost or the machine reset", trial.Reached)
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+// upgrade works out where the machine stands against the wanted release and moves it on:
+// starts writing or checking the inactive slot, and says what a reboot would try.
+func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, out *outcome) *upgradeView {
+	v := &upgradeView{status: v1alpha1.UpgradeStatus{State: v1alpha1.UpgradeIdle, FailedReleases: append([]v1alpha1.FailedRelease(nil), a.st.FailedReleases...)}}
+	bi := a.bootInfo
+	if a.cfg.Boot == nil || bi == nil {
+		v.status.Message = "this machine was not booted by liken's init: releases and reboots are not managed here"
+		return v
+	}
+	running := bi.Slots[bi.Slot]
+	v.release = &v1alpha1.RunningRelease{Version: bi.Version, Digest: running.Digest, Slot: v1alpha1.Slot(bi.Slot),
+		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime}}
+	if bi.Trial && bi.Committed {
+		v.release.LastGoodSlot = v1alpha1.Slot(bi.Slot)
+	}
+	if running.Version != "" {
+		v.release.Version = running.Version
+	}
+	args := specArgs(c, m)
+	v.trialArgs = args
+	if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == args {
+		v.trialArgs = bi.KernelArgs // not tried again until the spec changes them
+		v.failed = &v1alpha1.FailedRelease{Reason: fa.Reason, Message: fmt.Sprintf("kernel arguments %q failed their trial: %s", fa.Args, fa.Message), At: fa.At}
+	}
+	version, digest := wanted(m, c)
+	v.wantVersion, v.digest = version, digest
+	switch {
+	case version == "":
+		v.status.Message = "no release version is set"
+		a.stopJob()
+		return v
+	case digest == "":
+		out.failures["version"] = fmt.Sprintf("release %s is not pinned in the Cluster's spec.releases", version)
+		v.status.Message = out.failures["version"]
+		a.stopJob()
+		return v
+	}
+	v.status.TargetVersion, v.status.TargetDigest = version, digest
+	if v.release.Trial {
+		v.status.State, v.status.TargetSlot = v1alpha1.UpgradeTrial, v1alpha1.Slot(bi.Slot)
+		v.status.Message = fmt.Sprintf("trial boot of slot %s: it becomes the default once k3s is healthy, the node Ready and the spec applied", bi.Slot)
+		return v
+	}
+	if running.Digest == digest {
+		a.stopJob()
+		v.status.TargetSlot = v1alpha1.Slot(bi.Slot)
+		v.status.Message = fmt.Sprintf("running release %s from slot %s", version, bi.Slot)
+		if v.trialArgs != bi.KernelArgs {
+			v.trialSlot = bi.Slot // new kernel arguments boot as a trial of this slot
+		}
+		return v
+	}
+	target := bootloader.Other(bi.Slot)
+	v.status.TargetSlot = v1alpha1.Slot(target)
+	if f := a.failedRelease(digest); f != nil && string(m.Spec.RetryFailedDigest) != digest {
+		a.stopJob()
+		v.status.State = v1alpha1.UpgradeFellBack
+		v.status.Message = fmt.Sprintf("release %s failed its trial on %s (%s: %s); it is not tried again unless spec.retryFailedDigest names %s",
+			version, f.At.Format(time.RFC3339), f.Reason, f.Message, digest)
+		v.failed = f
+		return v
+	}
+	rec := bi.Slots[target]
+	if rec.Holds(digest) && a.verified[target] == digest {
+		v.status.State, v.staged, v.trialSlot = v1alpha1.UpgradeStaged, true, target
+		v.status.Message = fmt.Sprintf("slot %s holds release %s, verified; it boots as a trial at the next reboot", target, version)
+		return v
+	}
+	verifyOnly := rec.Holds(digest)
+	j := a.job
+	if j != nil && (j.slot != target || j.digest != digest || j.verifyOnly != verifyOnly) {
+		a.stopJob()
+		j = nil
+	}
+	if j == nil {
+		if wait := a.jobRetryAt.Sub(a.cfg.Now()); wait > 0 && a.jobRetryDigest == digest {
+			a.queue.AddAfter(keyReconcile, wait)
+		} else {
+			j = a.startJob(ctx, m, c, target, version, digest, verifyOnly)
+		}
+	}
+	v.status.State = v1alpha1.UpgradeDownloading
+	if j == nil {
+		v.status.Message = fmt.Sprintf("writing release %s into slot %s failed; retrying at %s: %s", version, target, a.jobRetryAt.Format(time.RFC3339), a.jobLastErr)
+		return v
+	}
+	done, total, _, _ := j.progress()
+	v.status.BytesDone, v.status.BytesTotal = done, total
+	if verifyOnly {
+		v.status.Message = fmt.Sprintf("checking slot %s's bytes against release %s", target, version)
+	} else {
+		v.status.Message = fmt.Sprintf("writing release %s into slot %s, verified as it streams", version, target)
+	}
+	return v
+}
+
+func (a *Agent) stopJob() {
+	if a.job != nil {
+		a.job.cancel()
+		a.job = nil
+	}
+}
+
+// startJob writes the release into slot (or checks the slot's bytes) in the background.
+func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, slot, version, digest string, verifyOnly bool) *slotJob {
+	jctx, cancel := context.WithCancel(ctx)
+	j := &slotJob{slot: slot, version: version, digest: digest, verifyOnly: verifyOnly, cancel: cancel}
+	a.job = j
+	channel := string(c.Spec.Channel)
+	rec := a.bootInfo.Slots[slot]
+	obj := m.DeepCopy()
+	go func() {
+		var err error
+		if verifyOnly {
+			err = a.checkSlot(jctx, j, rec)
+		} else {
+			err = a.writeSlot(jctx, j, channel, obj)
+		}
+		j.mu.Lock()
+		j.finished, j.err = true, err
+		j.mu.Unlock()
+		a.queue.Add(keyJob)
+	}()
+	return j
+}
+
+// writeSlot fetches the release's slot image into the slot, every byte hashed as it is
+// written. The slot is recorded as being written first, so a power cut leaves no record that
+// claims a release.
+func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1alpha1.Machine) error {
+	f := a.cfg.Fetcher
+	if f == nil {
+		f = &release.Fetcher{}
+	}
+	fetcher := *f
+	doc, _, err := fetcher.Document(ctx, channel, j.version, j.digest)
+	if err != nil {
+		return err
+	}
+	file := doc.File(apirelease.RoleSlot)
+	if file == nil {
+		return fmt.Errorf("release %s has no slot image", j.version)
+	}
+	target, err := a.cfg.SlotDevice(j.slot)
+	if err != nil {
+		return err
+	}
+	if file.Size > target.Size {
+		return fmt.Errorf("release %s's slot image (%d bytes) does not fit slot %s (%d bytes)", j.version, file.Size, j.slot, target.Size)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	if err := a.cfg.Boot.SetSlot(ctx, j.slot, bootloader.SlotRecord{State: bootloader.SlotWriting, Version: j.version, Digest: j.digest, At: now}); err != nil {
+		return err
+	}
+	a.log.Info("writing a release into the inactive slot", "slot", j.slot, "version", j.version, "bytes", file.Size)
+	if a.recorder != nil {
+		a.recorder.Eventf(m, corev1.EventTypeNormal, "WritingSlot", "writing release %s (%d bytes) into slot %s", j.version, file.Size, j.slot)
+	}
+	j.mu.Lock()
+	j.total = file.Size
+	j.mu.Unlock()
+	var last time.Time
+	fetcher.Progress = func(p release.Progress) {
+		j.mu.Lock()
+		j.done = p.Done
+		j.mu.Unlock()
+		if time.Since(last) > 2*time.Second {
+			last = time.Now()
+			a.queue.Add(keyReconcile) // status shows the progress
+		}
+	}
+	if err := fetcher.File(ctx, channel, j.version, *file, target); err != nil {
+		return err
+	}
+	rec := bootloader.SlotRecord{State: bootloader.SlotReady, Version: j.version, Digest: j.digest, SHA256: file.SHA256, Size: file.Size, At: time.Now().UTC().Truncate(time.Second)}
+	if err := a.cfg.Boot.SetSlot(ctx, j.slot, rec); err != nil {
+		return err
+	}
+	a.log.Info("slot written and verified", "slot", j.slot, "version", j.version)
+	return nil
+}
+
+// checkSlot reads a slot back from the disk (not the page cache) and compares it with its
+// record, so a slot damaged after it was written is never tried as good.
+func (a *Agent) checkSlot(ctx context.Context, j *slotJob, rec bootloader.SlotRecord) error {
+	target, err := a.cfg.SlotDevice(j.slot)
+	if err != nil {
+		return err
+	}
+	got, err := hashRegion(ctx, target, rec.Size, func(n int64) {
+		j.mu.Lock()
+		j.done, j.total = n, rec.Size
+		j.mu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+	if got != rec.SHA256 {
+		bad := rec
+		bad.State, bad.At = bootloader.SlotCorrupt, time.Now().UTC().Truncate(time.Second)
+		if err := a.cfg.Boot.SetSlot(ctx, j.slot, bad); err != nil {
+			return err
+		}
+		return &corruptSlot{slot: j.slot, version: rec.Version, want: rec.SHA256, got: got}
+	}
+	return nil
+}
+
+type corruptSlot struct{ slot, version, want, got string }
+
+func (e *corruptSlot) Error() string {
+	return fmt.Sprintf("slot %s does not hold release %s any more: its bytes hash to sha256:%s, the release says sha256:%s; it will be written again",
+		e.slot, e.version, e.got, e.want)
+}
+
+// hashRegion hashes the first size bytes of a slot, dropping cached pages first so the
+// bytes come from the disk.
+func hashRegion(ctx context.Context, t release.PartitionTarget, size int64, progress func(int64)) (string, error) {
+	f, err := os.Open(t.Path)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", t.Path, err)
+	}
+	defer f.Close()
+	_ = unix.Fadvise(int(f.Fd()), t.Offset, size, unix.FADV_DONTNEED)
+	h := sha256.New()
+	r := io.NewSectionReader(f, t.Offset, size)
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		k, err := r.Read(buf)
+		h.Write(buf[:k])
+		n += int64(k)
+		progress(n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", t.Path, err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// finishJob takes a finished job's outcome: a verified slot, or an error to report and
+// retry after a pause.
+func (a *Agent) finishJob(ctx context.Context) error {
+	j := a.job
+	if j == nil {
+		return nil
+	}
+	_, _, finished, err := j.progress()
+	if !finished {
+		return nil
+	}
+	a.job = nil
+	if rerr := a.loadBoot(ctx); rerr != nil {
+		return rerr
+	}
+	m, _, _, _ := a.observe()
+	if err == nil {
+		a.verified[j.slot] = j.digest
+		if m != nil && a.recorder != nil {
+			a.recorder.Eventf(m, corev1.EventTypeNormal, "SlotReady", "slot %s holds release %s, verified", j.slot, j.version)
+		}
+		a.jobLastErr = ""
+		a.queue.Add(keyReconcile)
+		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	var corrupt *corruptSlot
+	if errors.As(err, &corrupt) {
+		a.queue.Add(keyReconcile) // the slot is now recorded corrupt: write it again
+	} else {
+		a.jobRetryAt, a.jobRetryDigest = a.cfg.Now().Add(30*time.Second), j.digest
+		a.queue.AddAfter(keyReconcile, 30*time.Second)
+	}
+	a.jobLastErr = err.Error()
+	a.log.Error("slot job failed", "slot", j.slot, "version", j.version, "err", err)
+	if m != nil && a.recorder != nil {
+		reason := "SlotWriteFailed"
+		var mm *apirelease.MismatchError
+		if errors.As(err, &mm) {
+			reason = v1alpha1.ReasonReleaseVerifyFailed
+		}
+		if corrupt != nil {
+			reason = "SlotCorrupt"
+		}
+		a.recorder.Event(m, corev1.EventTypeWarning, reason, err.Error())
+	}
+	return nil
+}
+
+// maybeReboot reboots when the machine should and may: a reboot-class change is staged and
+// approved, or an operator asked for a reboot. It arms the trial the view names first and
+// remembers it, so the next boot can tell how it went.
+func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgradeView, hash string, out *outcome) (bool, error) {
+	bi := a.bootInfo
+	if a.cfg.Boot == nil || bi == nil || (bi.Trial && !bi.Committed) {
+		return false, nil
+	}
+	why := ""
+	if req := m.Spec.Reboot; req != nil && req.Request != nil && (a.st.LastRequestHandled == nil || req.Request.RequestedAt.After(a.st.LastRequestHandled.Time)) {
+		why = "an operator asked for a reboot"
+		t := req.Request.RequestedAt
+		a.st.LastRequestHandled = &t
+	}
+	rebootFields := false
+	for _, p := range a.st.Pending {
+		if p.Class == v1alpha1.Reboot {
+			rebootFields = true
+		}
+	}
+	if why == "" && rebootFields && v.staged {
+		if !a.approved(m, hash) {
+			// Reboots under rebootPolicy Auto wait for the coordinator's turn, which is
+			// not built yet: only an approval of this exact pending set reboots.
+			return false, nil
+		}
+		why = fmt.Sprintf("approved staged changes %s", hash)
+		a.st.ApprovedHash = hash
+	}
+	if why == "" {
+		return false, nil
+	}
+	req := supervisor.RebootRequest{Why: why}
+	trialSlot := v.trialSlot
+	if trialSlot == "" && v.trialArgs != bi.KernelArgs {
+		trialSlot = bi.Slot
+	}
+	if trialSlot != "" {
+		req.TrialSlot, req.TrialArgs = trialSlot, v.trialArgs
+		digest, version := bi.Slots[bi.Slot].Digest, bi.Slots[bi.Slot].Version
+		if v.staged {
+			digest, version = v.digest, v.wantVersion
+		}
+		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
+			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
+			At: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
+	}
+	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
+	a.st.LastRebootTime = &now
+	// Remember the trial before arming it: whatever happens next, the boot after can tell.
+	if err := a.cfg.State.Save(a.st); err != nil {
+		return false, err
+	}
+	a.log.Info("rebooting", "why", why, "trialSlot", req.TrialSlot, "trialArgs", req.TrialArgs)
+	if a.recorder != nil {
+		msg := "rebooting: " + why
+		if req.TrialSlot != "" {
+			msg += fmt.Sprintf("; the next boot tries slot %s once", req.TrialSlot)
+		}
+		a.recorder.Event(m, corev1.EventTypeNormal, "Rebooting", msg)
+	}
+	out.rebooting = true
+	// Say so in status before the machine goes down.
+	if err := a.writeStatus(ctx, m, out); err != nil {
+		a.log.Warn("writing status before the reboot", "err", err)
+	}
+	if err := a.cfg.Boot.Reboot(ctx, req); err != nil {
+		a.st.Attempt = nil
+		a.cfg.State.Save(a.st)
+		return false, err
+	}
+	return true, nil
+}
+
+func (a *Agent) approved(m *v1alpha1.Machine, hash string) bool {
+	return m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil && m.Spec.Reboot.Approval.PendingHash == hash
+}

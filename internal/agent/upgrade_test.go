@@ -1,0 +1,317 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
+)
+
+// fakeBoot stands in for init's boot control on the host side: it keeps the slot records
+// and the boot log in memory, refuses what init refuses, and records reboot requests. The
+// VM tier runs the real init.
+type fakeBoot struct {
+	mu      sync.Mutex
+	info    supervisor.BootInfo
+	reboots []supervisor.RebootRequest
+}
+
+func (b *fakeBoot) BootInfo(context.Context) (*supervisor.BootInfo, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := b.info
+	i.Slots = bootloader.Slots{}
+	for k, v := range b.info.Slots {
+		i.Slots[k] = v
+	}
+	i.Boots = append([]state.BootRecord(nil), b.info.Boots...)
+	return &i, nil
+}
+
+func (b *fakeBoot) SetSlot(_ context.Context, slot string, r bootloader.SlotRecord) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if slot == b.info.Slot || (b.info.Trial && !b.info.Committed && slot == b.info.DefaultSlot) {
+		return fmt.Errorf("slot %s is in use", slot)
+	}
+	b.info.Slots[slot] = r
+	return nil
+}
+
+func (b *fakeBoot) Reboot(_ context.Context, r supervisor.RebootRequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.info.Trial && !b.info.Committed {
+		return errors.New("uncommitted trial")
+	}
+	if r.TrialSlot != "" && b.info.Slots[r.TrialSlot].State != bootloader.SlotReady {
+		return fmt.Errorf("slot %s holds no verified release", r.TrialSlot)
+	}
+	b.reboots = append(b.reboots, r)
+	return nil
+}
+
+func (b *fakeBoot) CommitTrial(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.info.Trial {
+		return errors.New("not a trial")
+	}
+	b.info.Committed, b.info.DefaultSlot = true, b.info.Slot
+	return nil
+}
+
+func (b *fakeBoot) lastReboot() *supervisor.RebootRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.reboots) == 0 {
+		return nil
+	}
+	r := b.reboots[len(b.reboots)-1]
+	return &r
+}
+
+// boot makes the fake machine come up again: on slot, as a trial or not, with a new boot ID
+// and the boot log's new records.
+func (b *fakeBoot) boot(id, slot string, trial bool, args string, records ...state.BootRecord) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.info.BootID, b.info.Slot, b.info.Trial, b.info.Committed, b.info.KernelArgs = id, slot, trial, false, args
+	b.info.Boots = append(b.info.Boots, records...)
+	b.info.Boots = append(b.info.Boots, state.BootRecord{ID: id, Slot: slot, Trial: trial})
+}
+
+// testChannel publishes releases whose slot images are small, distinct byte patterns, and
+// serves them over real HTTP, counting the slot image downloads per version.
+type testChannel struct {
+	*httptest.Server
+	pins   map[string]string
+	slots  map[string][]byte
+	gets   map[string]*atomic.Int32
+	failed atomic.Bool
+}
+
+func newTestChannel(t *testing.T, versions ...string) *testChannel {
+	t.Helper()
+	dir := t.TempDir()
+	c := &testChannel{pins: map[string]string{}, slots: map[string][]byte{}, gets: map[string]*atomic.Int32{}}
+	for i, v := range versions {
+		img := bytes.Repeat([]byte(fmt.Sprintf("slot image %d of release %s\n", i, v)), 40_000)
+		sum := sha256.Sum256(img)
+		doc := &apirelease.Document{Schema: apirelease.Schema, Version: v, Created: time.Unix(1785000000, 0).UTC(),
+			Files: []apirelease.File{{Name: "slot.img", Size: int64(len(img)), SHA256: hex.EncodeToString(sum[:]), Role: apirelease.RoleSlot}}}
+		b, err := doc.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Join(dir, v), 0o755)
+		os.WriteFile(filepath.Join(dir, v, apirelease.DocumentName), b, 0o644)
+		os.WriteFile(filepath.Join(dir, v, "slot.img"), img, 0o644)
+		c.pins[v], c.slots[v], c.gets[v] = apirelease.Digest(b), img, &atomic.Int32{}
+	}
+	files := http.FileServer(http.Dir(dir))
+	c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/"), "/slot.img"); ok && c.gets[v] != nil {
+			c.gets[v].Add(1)
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestUpgradeFlow drives the agent through an upgrade, a commit, a rollback without a
+// download, a failed trial that is not retried, a retry, and a slot found corrupt, against a
+// real API server and a real HTTP channel; init's boot control is faked (the VM tier runs
+// the real one).
+func TestUpgradeFlow(t *testing.T) {
+	const v1, v2 = "2026.11.01-001", "2026.11.02-001"
+	ch := newTestChannel(t, v1, v2)
+	f := setup(t, map[string]v1alpha1.Role{"u1": v1alpha1.RoleServer})
+	old, _ := f.liken.Cluster(t.Context())
+	t.Cleanup(func() {
+		// The package's other tests share the Cluster.
+		c, err := f.liken.Cluster(context.Background())
+		if err == nil {
+			c.Spec = old.Spec
+			_, err = f.liken.UpdateCluster(context.Background(), c)
+		}
+		if err != nil {
+			t.Errorf("restoring the Cluster: %v", err)
+		}
+	})
+	f.editCluster(func(c *v1alpha1.Cluster) {
+		c.Spec.Channel = ch.URL + "/"
+		c.Spec.Releases = map[string]v1alpha1.Digest{v1: v1alpha1.Digest(ch.pins[v1]), v2: v1alpha1.Digest(ch.pins[v2])}
+		c.Spec.Version = v1
+	})
+
+	// The machine was installed with v1 in slot A.
+	s := newSim(t, "u1", v1alpha1.RoleServer)
+	slotDir := t.TempDir()
+	for _, n := range []string{"A", "B"} {
+		os.WriteFile(filepath.Join(slotDir, n+".img"), make([]byte, 2<<20), 0o644)
+	}
+	os.WriteFile(filepath.Join(slotDir, "A.img"), append(append([]byte{}, ch.slots[v1]...), make([]byte, 2<<20-len(ch.slots[v1]))...), 0o644)
+	sum := sha256.Sum256(ch.slots[v1])
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1], SHA256: hex.EncodeToString(sum[:]), Size: int64(len(ch.slots[v1]))}}}}
+	boot.boot("boot-1", "A", false, "")
+	s.bootCtl = boot
+	s.slotDevice = func(slot string) (release.PartitionTarget, error) {
+		return release.PartitionTarget{Path: filepath.Join(slotDir, slot+".img"), Size: 2 << 20}, nil
+	}
+	s.boot(t, f)
+	s.start(t)
+	f.waitFor(t, "u1", "v1 running from slot A", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Release.Slot == "A" && m.Status.Release.Version == v1 &&
+			m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 && condTrue(m, v1alpha1.MachineReady)
+	})
+
+	// A new version: written into slot B and verified, the reboot staged, nothing rebooted.
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Version = v2 })
+	f.waitFor(t, "u1", "v2 staged in slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "B" &&
+			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && hasPending(m, "cluster.spec.version")
+	})
+	if got, _ := os.ReadFile(filepath.Join(slotDir, "B.img")); !bytes.Equal(got[:len(ch.slots[v2])], ch.slots[v2]) {
+		t.Fatal("slot B does not hold v2's slot image")
+	}
+	if rec := boot.info.Slots["B"]; !rec.Holds(ch.pins[v2]) {
+		t.Fatalf("slot B's record: %+v", rec)
+	}
+	if n := ch.gets[v2].Load(); n != 1 {
+		t.Errorf("v2's slot image fetched %d times; want 1", n)
+	}
+	if boot.lastReboot() != nil {
+		t.Fatal("the agent rebooted without an approval")
+	}
+
+	// The approval of exactly this pending set reboots into a trial of B.
+	approve(f, "u1")
+	waitCount(t, "a reboot request", func() bool { return boot.lastReboot() != nil })
+	if r := boot.lastReboot(); r.TrialSlot != "B" || r.TrialArgs != "" {
+		t.Fatalf("reboot request %+v; want a trial of slot B", r)
+	}
+	f.waitFor(t, "u1", "status Rebooting", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootRebooting
+	})
+
+	// The trial boot of B: healthy, committed, and the pending set is empty.
+	s.stop()
+	boot.boot("boot-2", "B", true, "")
+	s.start(t)
+	f.waitFor(t, "u1", "v2 committed on slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		r := m.Status.Release
+		return r != nil && r.Slot == "B" && r.Version == v2 && !r.Trial && r.LastGoodSlot == "B" &&
+			m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	})
+	if !boot.info.Committed {
+		t.Fatal("the agent did not commit the trial")
+	}
+
+	// Rollback of this machine alone: slot A still holds v1, so nothing is downloaded; the
+	// slot is read back and checked before it is staged.
+	f.editMachine("u1", func(m *v1alpha1.Machine) { m.Spec.Version = v1 })
+	f.waitFor(t, "u1", "v1 staged in slot A", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "A" && hasPending(m, "machine.spec.version")
+	})
+	if n := ch.gets[v1].Load(); n != 0 {
+		t.Errorf("the rollback downloaded v1's slot image %d times; want 0", n)
+	}
+	approve(f, "u1")
+	waitCount(t, "the rollback's reboot", func() bool { r := boot.lastReboot(); return r != nil && r.TrialSlot == "A" })
+
+	// The trial of A misses its health deadline: the machine is back on B, the failure is
+	// in status with init's reason, and v1 is not tried again.
+	s.stop()
+	boot.boot("boot-3", "A", true, "")
+	boot.info.Boots[len(boot.info.Boots)-1].End = state.EndHealthDeadline
+	boot.info.Boots[len(boot.info.Boots)-1].Message = "not found healthy within 1m0s"
+	boot.boot("boot-4", "B", false, "")
+	s.start(t)
+	f.waitFor(t, "u1", "the failed trial reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(m.Status.Upgrade.FailedReleases) == 1 &&
+			m.Status.Upgrade.FailedReleases[0].Reason == v1alpha1.ReasonHealthDeadline && condTrue(m, v1alpha1.MachineUpgradeFailed) &&
+			m.Status.Release.Slot == "B" && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+	reboots := len(boot.reboots)
+	approve(f, "u1") // an approval does not bring a failed release back
+	time.Sleep(2 * time.Second)
+	if len(boot.reboots) != reboots {
+		t.Fatal("a failed release was tried again without spec.retryFailedDigest")
+	}
+
+	// Slot A is damaged on disk meanwhile. Retrying v1 reads it back, finds it corrupt,
+	// writes it again from the channel and stages it.
+	img, _ := os.ReadFile(filepath.Join(slotDir, "A.img"))
+	img[1000] ^= 0xff
+	os.WriteFile(filepath.Join(slotDir, "A.img"), img, 0o644)
+	f.editMachine("u1", func(m *v1alpha1.Machine) {
+		m.Spec.RetryFailedDigest = v1alpha1.Digest(ch.pins[v1])
+		m.Spec.Reboot = nil // the earlier approval would reboot at once
+	})
+	f.waitFor(t, "u1", "v1 written again after the corruption", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "A"
+	})
+	if n := ch.gets[v1].Load(); n != 1 {
+		t.Errorf("v1's slot image fetched %d times after the corruption; want 1", n)
+	}
+	if got, _ := os.ReadFile(filepath.Join(slotDir, "A.img")); !bytes.Equal(got[:len(ch.slots[v1])], ch.slots[v1]) {
+		t.Fatal("slot A was not rewritten")
+	}
+	events, _ := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=u1"})
+	seen := map[string]bool{}
+	for _, e := range events.Items {
+		seen[e.Reason] = true
+	}
+	for _, r := range []string{"WritingSlot", "SlotReady", "Rebooting", v1alpha1.ReasonCommitted, "TrialFailed", "SlotCorrupt"} {
+		if !seen[r] {
+			t.Errorf("no %s Event; got %v", r, seen)
+		}
+	}
+	s.stop()
+}
+
+func hasPending(m *v1alpha1.Machine, field string) bool {
+	for _, p := range m.Status.Pending {
+		if p.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// approve approves the Machine's current pending set, as `liken approve-reboot` will.
+func approve(f *fixture, name string) {
+	f.t.Helper()
+	m, err := f.liken.Machine(f.t.Context(), name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hash := m.Status.PendingHash
+	f.editMachine(name, func(m *v1alpha1.Machine) {
+		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test", ApprovedAt: &metav1.Time{Time: time.Now()}}}
+	})
+}

@@ -1,0 +1,211 @@
+package initd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/initramfs"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
+)
+
+const espMount = "/run/liken/esp"
+
+// bootControl is init's side of the boot loader (supervisor.Boot): what this boot is, the
+// slot records, and the changes the agent asks for. The ESP is mounted only while it is
+// read or written, so a power cut almost never finds it mounted.
+type bootControl struct {
+	mu  sync.Mutex
+	log io.Writer
+
+	slot, version string
+	trial         bool
+	args          string // the Cluster's and Machine's kernelArgs this boot runs with
+	bootID        string
+	bootTime      time.Time
+	boots         state.BootLog
+
+	committed     bool
+	committedCh   chan struct{}
+	rebootPending bool
+	// reboot asks init's main loop to shut down and restart the machine.
+	reboot func(why string)
+}
+
+func newBootControl(log io.Writer, cmd initramfs.Cmdline, version string, reboot func(string)) *bootControl {
+	b := &bootControl{log: log, slot: cmd["liken.slot"], trial: cmd["liken.trial"] == "1", version: version,
+		bootID: readTrim("/proc/sys/kernel/random/boot_id"), boots: state.BootLog{Dir: likenState},
+		committedCh: make(chan struct{}), reboot: reboot}
+	if up, err := strconv.ParseFloat(strings.Fields(readTrim("/proc/uptime") + " 0")[0], 64); err == nil {
+		b.bootTime = time.Now().Add(-time.Duration(up * float64(time.Second))).UTC().Truncate(time.Second)
+	}
+	// Which of the environment's argument sets GRUB gave this boot.
+	if err := b.withESP(func(e bootloader.ESP) error {
+		env, err := e.Env()
+		if err != nil {
+			return err
+		}
+		b.args = env[bootloader.EnvKernelArgs]
+		if b.trial {
+			b.args = env[bootloader.EnvTrialArgs]
+		}
+		return nil
+	}); err != nil {
+		fmt.Fprintf(log, "liken-init: reading the boot loader's environment: %v\n", err)
+	}
+	return b
+}
+
+// withESP mounts the ESP for fn.
+func (b *bootControl) withESP(fn func(bootloader.ESP) error) error {
+	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.ESP, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(espMount, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, espMount, "vfat", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting the ESP %s: %w", dev, err)
+	}
+	ferr := fn(bootloader.ESP{Dir: espMount})
+	unix.Sync()
+	if err := unix.Unmount(espMount, 0); err != nil && ferr == nil {
+		ferr = fmt.Errorf("unmounting the ESP: %w", err)
+	}
+	return ferr
+}
+
+// record updates this boot's entry in the boot log; failures are printed, never fatal.
+func (b *bootControl) record(change func(*state.BootRecord)) {
+	if err := b.boots.Update(b.bootID, change); err != nil {
+		fmt.Fprintf(b.log, "liken-init: boot log: %v\n", err)
+	}
+}
+
+// Info implements supervisor.Boot.
+func (b *bootControl) Info() (supervisor.BootInfo, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	info := supervisor.BootInfo{Slot: b.slot, Trial: b.trial, Committed: b.committed, Version: b.version,
+		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime}
+	err := b.withESP(func(e bootloader.ESP) error {
+		env, err := e.Env()
+		if err != nil {
+			return err
+		}
+		info.DefaultSlot = env[bootloader.EnvDefaultSlot]
+		if info.DefaultSlot != bootloader.SlotB {
+			info.DefaultSlot = bootloader.SlotA
+		}
+		info.Slots, err = e.Slots()
+		return err
+	})
+	if err != nil {
+		return info, err
+	}
+	info.Boots, err = b.boots.Load()
+	return info, err
+}
+
+// SetSlot implements supervisor.Boot. The slot this machine runs and the slot it falls back
+// to both hold releases that must stay; during a trial that is both slots.
+func (b *bootControl) SetSlot(slot string, r bootloader.SlotRecord) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if slot != bootloader.SlotA && slot != bootloader.SlotB {
+		return fmt.Errorf("no slot %q (A or B)", slot)
+	}
+	if slot == b.slot {
+		return fmt.Errorf("slot %s is running: it cannot be rewritten", slot)
+	}
+	return b.withESP(func(e bootloader.ESP) error {
+		env, err := e.Env()
+		if err != nil {
+			return err
+		}
+		if b.trial && !b.committed && env[bootloader.EnvDefaultSlot] == slot {
+			return fmt.Errorf("slot %s is the last good slot this trial falls back to: it cannot be rewritten", slot)
+		}
+		return e.SetSlot(slot, r)
+	})
+}
+
+// Reboot implements supervisor.Boot.
+func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.trial && !b.committed {
+		return errors.New("this boot is an uncommitted trial: it ends by its commit or its health deadline")
+	}
+	if b.rebootPending {
+		return errors.New("a reboot is already under way")
+	}
+	if r.TrialSlot != "" {
+		if r.TrialSlot != bootloader.SlotA && r.TrialSlot != bootloader.SlotB {
+			return fmt.Errorf("no slot %q (A or B)", r.TrialSlot)
+		}
+		err := b.withESP(func(e bootloader.ESP) error {
+			slots, err := e.Slots()
+			if err != nil {
+				return err
+			}
+			if rec := slots[r.TrialSlot]; rec.State != bootloader.SlotReady {
+				return fmt.Errorf("slot %s holds no verified release (%s): it is not tried", r.TrialSlot, rec.State)
+			}
+			return e.UpdateEnv(func(env bootloader.Env) {
+				env[bootloader.EnvTrialSlot] = r.TrialSlot
+				env[bootloader.EnvTrialArgs] = r.TrialArgs
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("arming the trial of slot %s: %w", r.TrialSlot, err)
+		}
+		fmt.Fprintf(b.log, "liken-init: the next boot tries slot %s once (kernel arguments %q)\n", r.TrialSlot, r.TrialArgs)
+	}
+	b.rebootPending = true
+	why := r.Why
+	if why == "" {
+		why = "asked by the agent"
+	}
+	b.reboot(why)
+	return nil
+}
+
+// Commit implements supervisor.Boot: the trial's slot and kernel arguments become the
+// default.
+func (b *bootControl) Commit() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.trial {
+		return errors.New("this boot is not a trial")
+	}
+	if b.committed {
+		return nil
+	}
+	err := b.withESP(func(e bootloader.ESP) error {
+		return e.UpdateEnv(func(env bootloader.Env) {
+			env[bootloader.EnvDefaultSlot] = b.slot
+			env[bootloader.EnvKernelArgs] = b.args
+			env[bootloader.EnvTrialSlot], env[bootloader.EnvTrialArgs] = "", ""
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("committing the trial of slot %s: %w", b.slot, err)
+	}
+	b.committed = true
+	close(b.committedCh)
+	b.record(func(r *state.BootRecord) { r.Reached = state.ReachedCommitted })
+	fmt.Fprintf(b.log, "liken-init: trial of slot %s committed: it is the default now\n", b.slot)
+	return nil
+}

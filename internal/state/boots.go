@@ -1,0 +1,99 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"liken.dev/liken/internal/atomicfile"
+)
+
+// BootRecord is what init wrote about one boot. A boot that crashed, hung or lost power
+// leaves its record without an End: the machine itself could not say goodbye.
+type BootRecord struct {
+	// ID is the kernel's boot_id.
+	ID      string    `json:"id"`
+	Slot    string    `json:"slot"`
+	Trial   bool      `json:"trial,omitempty"`
+	Version string    `json:"version,omitempty"`
+	Started time.Time `json:"started"`
+	// Reached is the last stage init got to: "system", "k3s", "committed".
+	Reached string `json:"reached,omitempty"`
+	// End is how the boot ended when init could tell: "reboot", "poweroff",
+	// "health-deadline", "init-failed".
+	End     string `json:"end,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Panic is the kernel log of a panic this boot found in the firmware's store (pstore),
+	// left there by the boot before it.
+	Panic string `json:"panic,omitempty"`
+	// WatchdogReset is set when the watchdog reports that it reset the machine before
+	// this boot.
+	WatchdogReset bool `json:"watchdogReset,omitempty"`
+}
+
+// Boot stages and ends init records.
+const (
+	ReachedSystem    = "system"
+	ReachedK3s       = "k3s"
+	ReachedCommitted = "committed"
+
+	EndReboot         = "reboot"
+	EndPowerOff       = "poweroff"
+	EndHealthDeadline = "health-deadline"
+	EndInitFailed     = "init-failed"
+)
+
+// maxBoots is how many boot records are kept.
+const maxBoots = 16
+
+// BootLog is init's record of recent boots, on the state partition beside the agent's state.
+type BootLog struct {
+	Dir string
+}
+
+func (l BootLog) path() string { return filepath.Join(l.Dir, "boots.json") }
+
+// Load returns the records, oldest first; none when there is no log yet.
+func (l BootLog) Load() ([]BootRecord, error) {
+	b, err := os.ReadFile(l.path())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the boot log: %w", err)
+	}
+	var out []BootRecord
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("reading the boot log %s: %w", l.path(), err)
+	}
+	return out, nil
+}
+
+// Update changes the record of boot id (adding it when new) and keeps the newest records.
+func (l BootLog) Update(id string, change func(*BootRecord)) error {
+	recs, err := l.Load()
+	if err != nil {
+		recs = nil // a damaged log is replaced: it only explains failures
+	}
+	i := len(recs)
+	for j := range recs {
+		if recs[j].ID == id {
+			i = j
+		}
+	}
+	if i == len(recs) {
+		recs = append(recs, BootRecord{ID: id})
+	}
+	change(&recs[i])
+	if len(recs) > maxBoots {
+		recs = recs[len(recs)-maxBoots:]
+	}
+	b, err := json.MarshalIndent(recs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(l.path(), b, 0o600)
+}
