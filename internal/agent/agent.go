@@ -144,10 +144,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:   cfg,
-		liken: lc,
-		kube:  kc,
-		log:   cfg.Log.With("machine", cfg.Machine),
+		cfg:      cfg,
+		liken:    lc,
+		kube:     kc,
+		log:      cfg.Log.With("machine", cfg.Machine),
 		st:       st,
 		verified: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

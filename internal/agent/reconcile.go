@@ -47,6 +47,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 	}
 	if !a.attemptResolved {
+		if err := a.promoteBootSettings(); err != nil {
+			return err
+		}
 		if err := a.resolveAttempt(m); err != nil {
 			return err
 		}

@@ -24,7 +24,12 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
 	s.PendingCount = int32(len(s.Pending))
 	s.PendingHash = change.PendingHash(s.Pending)
-	s.Reboot.State, s.Reboot.Message = rebootState(m, out.clusterPolicy, s.Pending, s.PendingHash)
+	rm := m
+	if m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil && a.approvalUsed(m) {
+		rm = m.DeepCopy() // an approval that already rebooted the machine counts no more
+		rm.Spec.Reboot.Approval = nil
+	}
+	s.Reboot.State, s.Reboot.Message = rebootState(rm, out.clusterPolicy, s.Pending, s.PendingHash)
 	s.Reboot.ApprovedHash = a.st.ApprovedHash
 	s.Reboot.LastRequestHandled = a.st.LastRequestHandled
 	s.Reboot.LastRebootTime = a.st.LastRebootTime

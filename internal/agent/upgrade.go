@@ -120,6 +120,29 @@ func splitArgs(s string) []v1alpha1.KernelArg {
 	return out
 }
 
+// appliedAtBoot are the staged fields init applies at every boot from the spec the agent
+// staged (internal/initd useStaged); the release and kernel arguments are grounded in what
+// the boot loader booted instead (groundStaged). Disks are not applied yet: they stay pending.
+var appliedAtBoot = map[string]bool{"machine.spec.network": true, "machine.spec.kernelModules": true, "machine.spec.match": true}
+
+// promoteBootSettings records, on the first pass of a new boot, that init applied the
+// staged boot-time settings.
+func (a *Agent) promoteBootSettings() error {
+	bi := a.bootInfo
+	if bi == nil || bi.BootID == a.st.BootID {
+		return nil
+	}
+	if a.st.Applied != nil && a.st.Staged != nil {
+		promoted, err := change.Keep(*a.st.Staged, *a.st.Applied, func(fc v1alpha1.FieldClass) bool { return appliedAtBoot[fc.Path] })
+		if err != nil {
+			return err
+		}
+		a.st.Applied = &promoted
+	}
+	a.st.BootID = bi.BootID
+	return a.cfg.State.Save(a.st)
+}
+
 // loadBoot asks init what this boot is, once per change of what init knows.
 func (a *Agent) loadBoot(ctx context.Context) error {
 	if a.cfg.Boot == nil {
@@ -298,10 +321,10 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	}
 	target := bootloader.Other(bi.Slot)
 	v.status.TargetSlot = v1alpha1.Slot(target)
-	if f := a.failedRelease(digest); f != nil && string(m.Spec.RetryFailedDigest) != digest {
+	if f := a.failedRelease(digest); f != nil && !a.retryAllowed(m, digest) {
 		a.stopJob()
 		v.status.State = v1alpha1.UpgradeFellBack
-		v.status.Message = fmt.Sprintf("release %s failed its trial on %s (%s: %s); it is not tried again unless spec.retryFailedDigest names %s",
+		v.status.Message = fmt.Sprintf("release %s failed its trial on %s (%s: %s); it is tried again only when spec.retryFailedDigest names %s (once per change of the Machine)",
 			version, f.At.Format(time.RFC3339), f.Reason, f.Message, digest)
 		v.failed = f
 		return v
@@ -397,6 +420,9 @@ func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1
 	now := time.Now().UTC().Truncate(time.Second)
 	if err := a.cfg.Boot.SetSlot(ctx, j.slot, bootloader.SlotRecord{State: bootloader.SlotWriting, Version: j.version, Digest: j.digest, At: now}); err != nil {
 		return err
+	}
+	if prev := a.bootInfo.Slots[j.slot]; prev.State == bootloader.SlotWriting && a.recorder != nil {
+		a.recorder.Eventf(m, corev1.EventTypeWarning, "SlotWriteInterrupted", "the last write of release %s into slot %s never finished (power lost or the machine reset): writing it again", prev.Version, j.slot)
 	}
 	a.log.Info("writing a release into the inactive slot", "slot", j.slot, "version", j.version, "bytes", file.Size)
 	if a.recorder != nil {
@@ -568,7 +594,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 			return false, nil
 		}
 		why = fmt.Sprintf("approved staged changes %s", hash)
-		a.st.ApprovedHash = hash
+		a.st.ApprovedHash, a.st.ApprovedAt = hash, m.Spec.Reboot.Approval.ApprovedAt
 	}
 	if why == "" {
 		return false, nil
@@ -583,6 +609,9 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		digest, version := bi.Slots[bi.Slot].Digest, bi.Slots[bi.Slot].Version
 		if v.staged {
 			digest, version = v.digest, v.wantVersion
+		}
+		if v.staged && a.failedRelease(v.digest) != nil {
+			a.st.RetryGeneration = m.Generation // the one retry this spec allows
 		}
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
@@ -615,6 +644,22 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	return true, nil
 }
 
+// approved reports whether an operator approved exactly this pending set and the approval
+// has not been used for a reboot yet.
 func (a *Agent) approved(m *v1alpha1.Machine, hash string) bool {
-	return m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil && m.Spec.Reboot.Approval.PendingHash == hash
+	if m.Spec.Reboot == nil || m.Spec.Reboot.Approval == nil || m.Spec.Reboot.Approval.PendingHash != hash {
+		return false
+	}
+	return !a.approvalUsed(m)
+}
+
+func (a *Agent) approvalUsed(m *v1alpha1.Machine) bool {
+	ap := m.Spec.Reboot.Approval
+	return a.st.ApprovedHash == ap.PendingHash && a.st.ApprovedAt != nil && ap.ApprovedAt != nil && a.st.ApprovedAt.Equal(ap.ApprovedAt)
+}
+
+// retryAllowed: spec.retryFailedDigest names digest, and this Machine generation has not
+// used its retry yet, so a retry that fails again is not retried by itself.
+func (a *Agent) retryAllowed(m *v1alpha1.Machine, digest string) bool {
+	return string(m.Spec.RetryFailedDigest) == digest && a.st.RetryGeneration != m.Generation
 }

@@ -90,6 +90,7 @@ func systemStage(log io.Writer) (*system, error) {
 		{"loading the system modules", s.modules},
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
+		{"loading the machine's kernel modules", s.machineModules},
 		{"configuring the network", s.network},
 		{"preparing k3s", s.prepareK3s},
 	} {
@@ -197,6 +198,7 @@ func (s *system) pickMachine() error {
 		return err
 	}
 	s.machine = m
+	s.useStaged()
 	if err := unix.Sethostname([]byte(m.Name)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
 	}

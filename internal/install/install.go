@@ -17,7 +17,10 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/layer"
@@ -76,6 +79,10 @@ func Install(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	specArgs, err := bootArgs(layerData, o.Machine)
+	if err != nil {
+		return err
+	}
 	if int64(len(layerData)+16) > int64(o.Layout.LayerMiB)<<20 {
 		return fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)
 	}
@@ -127,7 +134,7 @@ func Install(ctx context.Context, o Options) error {
 	}
 	step("writing the ESP (GRUB, A/B configuration, environment block)")
 	slots := bootloader.Slots{bootloader.SlotA: {State: bootloader.SlotReady, Version: version, Digest: o.Pin, SHA256: slot.SHA256, Size: slot.Size, At: time.Now().UTC().Truncate(time.Second)}}
-	if err := writeESP(work, efiPath, o, parts[disk.ESP], slots); err != nil {
+	if err := writeESP(work, efiPath, o, specArgs, parts[disk.ESP], slots); err != nil {
 		return err
 	}
 	step("writing the %s layer%s (%d bytes)", idx.Role, forMachine(o.Machine), len(layerData))
@@ -150,6 +157,37 @@ func Install(ctx context.Context, o Options) error {
 	}
 	step("done: %s boots release %s from slot A", o.Disk, version)
 	return nil
+}
+
+// bootArgs are the kernel arguments of the first boot: the layer's Cluster's, and its
+// Machine's when the disk is bound to one (or the layer holds only one). A machine found by
+// its hardware at boot gets its own arguments staged by the agent and tried at the next reboot.
+func bootArgs(layerData []byte, machine string) (string, error) {
+	_, files, err := layer.Read(bytes.NewReader(layerData), layer.DefaultLimits)
+	if err != nil {
+		return "", err
+	}
+	var c v1alpha1.Cluster
+	if err := yaml.UnmarshalStrict(files[layer.ClusterManifest], &c); err != nil {
+		return "", fmt.Errorf("the layer's Cluster: %w", err)
+	}
+	var machines []v1alpha1.Machine
+	for name, b := range files {
+		if strings.HasPrefix(name, layer.MachinesDir+"/") {
+			var m v1alpha1.Machine
+			if err := yaml.UnmarshalStrict(b, &m); err != nil {
+				return "", fmt.Errorf("the layer's %s: %w", name, err)
+			}
+			if machine == "" || m.Name == machine {
+				machines = append(machines, m)
+			}
+		}
+	}
+	var margs []v1alpha1.KernelArg
+	if len(machines) == 1 {
+		margs = machines[0].Spec.KernelArgs
+	}
+	return bootloader.JoinArgs(c.Spec.KernelArgs, margs), nil
 }
 
 func forMachine(m string) string {
@@ -248,15 +286,13 @@ func lookUp(ctx context.Context, f *release.Fetcher, channel, pin string) (strin
 }
 
 // writeESP makes the FAT ESP image with mtools and copies it into its partition.
-func writeESP(work, efi string, o Options, ext disk.Extent, slots bootloader.Slots) error {
+func writeESP(work, efi string, o Options, specArgs string, ext disk.Extent, slots bootloader.Slots) error {
 	img := filepath.Join(work, "esp.img")
 	if out, err := exec.Command("mkfs.vfat", "-F", "32", "-S", "512", "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size>>10)).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.vfat: %w: %s", err, out)
 	}
-	// The Cluster's and Machine's kernelArgs are not known here (the machine may be found
-	// by its hardware at boot): the agent stages them, and the next boot tries them.
 	env, err := bootloader.Env{bootloader.EnvDefaultSlot: bootloader.SlotA, bootloader.EnvTrialSlot: "",
-		bootloader.EnvInstallArgs: o.KernelArgs, bootloader.EnvKernelArgs: "", bootloader.EnvTrialArgs: ""}.Encode()
+		bootloader.EnvInstallArgs: o.KernelArgs, bootloader.EnvKernelArgs: specArgs, bootloader.EnvTrialArgs: ""}.Encode()
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,8 @@ type State struct {
 	// K3sRestartPending is set before rendered k3s files are replaced and cleared once
 	// the supervisor restarted k3s, so a crash in between still ends in a restart.
 	K3sRestartPending bool `json:"k3sRestartPending,omitempty"`
+	// BootID is the boot whose boot-time settings Applied records.
+	BootID string `json:"bootID,omitempty"`
 	// Attempt is the trial armed before the last reboot the agent asked for, kept until the
 	// boot after it says how it went.
 	Attempt *Attempt `json:"attempt,omitempty"`
@@ -58,8 +60,13 @@ type State struct {
 	LastRequestHandled *metav1.Time `json:"lastRequestHandled,omitempty"`
 	// LastRebootTime is when the agent last asked init to reboot.
 	LastRebootTime *metav1.Time `json:"lastRebootTime,omitempty"`
-	// ApprovedHash is the pending hash of the approval the last reboot acted on.
-	ApprovedHash string `json:"approvedHash,omitempty"`
+	// ApprovedHash and ApprovedAt identify the approval the last reboot acted on: each
+	// approval reboots the machine at most once.
+	ApprovedHash string       `json:"approvedHash,omitempty"`
+	ApprovedAt   *metav1.Time `json:"approvedAt,omitempty"`
+	// RetryGeneration is the Machine generation whose spec.retryFailedDigest was used for a
+	// trial: a failed release is retried once per change of the Machine.
+	RetryGeneration int64 `json:"retryGeneration,omitempty"`
 }
 
 // Attempt is a trial boot the agent armed: a release in a slot, kernel arguments, or both.

@@ -15,7 +15,7 @@ import (
 // its partition label, mounts the image read-only, switches into it and reaches the system
 // stage, which powers off in test mode.
 func TestBootToSystemStage(t *testing.T) {
-	rel, err := BuildRelease("2026.11.29-001")
+	rel, err := BuildRelease(releaseA)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +69,7 @@ func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath str
 // channel directory, returning the channel and the release's pin.
 func publishedRelease(t *testing.T) (channel, pin string) {
 	t.Helper()
-	rel, err := BuildRelease("2026.11.29-001")
+	rel, err := BuildRelease(releaseA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,11 @@ func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
 
 func bootUEFI(t *testing.T, diskPath string, allowReboot bool, nics ...string) *VM {
 	t.Helper()
-	v, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot, NICs: nics})
+	var log io.Writer
+	if os.Getenv("LIKEN_VM_CONSOLE") != "" {
+		log = os.Stderr // watch the machine while debugging a test
+	}
+	v, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot, NICs: nics, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,13 +61,15 @@ type joined struct {
 	lc       *kube.Client
 	disk     string
 	guestAPI string
+	channel  *channelServer
 }
 
 // joinCluster sets up the API server, the Cluster, Machine vm-1 and its RBAC, and installs
-// vm-1's disk with extraArgs on every boot's kernel command line.
-func joinCluster(t *testing.T, extraArgs string) *joined {
+// vm-1's disk with extraArgs on every boot's kernel command line. The Cluster's channel is
+// served over HTTP from the host and pins the installed release (and any others given).
+func joinCluster(t *testing.T, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
-	channel, pin := publishedRelease(t)
+	ch := newChannelServer(t, append([]string{releaseA}, moreVersions...)...)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	os.WriteFile(filepath.Join(manifests, "cluster.yaml"), ex, 0o644)
@@ -112,6 +114,12 @@ func joinCluster(t *testing.T, extraArgs string) *joined {
 	v, _ := manifest.NewValidator()
 	set := manifest.CheckSet(v, docs)
 	set.Cluster.ResourceVersion = ""
+	set.Cluster.Spec.Channel = ch.guestURL
+	set.Cluster.Spec.Releases = map[string]v1alpha1.Digest{}
+	for v, pin := range ch.pins {
+		set.Cluster.Spec.Releases[v] = v1alpha1.Digest(pin)
+	}
+	set.Cluster.Spec.Version = releaseA
 	if _, err := lc.CreateCluster(t.Context(), set.Cluster); err != nil {
 		t.Fatal(err)
 	}
@@ -123,12 +131,12 @@ func joinCluster(t *testing.T, extraArgs string) *joined {
 	guestAPI := "https://10.0.2.2:" + u.Port()
 	d := filepath.Join(t.TempDir(), "vm-1.img")
 	if err := install.Install(context.Background(), install.Options{
-		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.RoleServer], Disk: d,
+		Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[v1alpha1.RoleServer], Disk: d,
 		SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return &joined{env: env, admin: admin, lc: lc, disk: d, guestAPI: guestAPI}
+	return &joined{env: env, admin: admin, lc: lc, disk: d, guestAPI: guestAPI, channel: ch}
 }
 
 func TestInstalledMachineJoinsTheAPI(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // TestReleaseBuildReproducible builds the release a second time from the same inputs: every
 // file and so the digest must be identical.
 func TestReleaseBuildReproducible(t *testing.T) {
-	first, err := BuildRelease("2026.11.29-001")
+	first, err := BuildRelease(releaseA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestReleaseBuildReproducible(t *testing.T) {
 	cache, _ := os.UserCacheDir()
 	dir := t.TempDir()
 	digest, doc, err := release.Build(release.BuildOptions{
-		Version: "2026.11.29-001", Source: filepath.Join(filepath.Dir(file), "..", ".."), StandIn: true, Out: dir,
+		Version: releaseA, Source: filepath.Join(filepath.Dir(file), "..", ".."), StandIn: true, Out: dir,
 		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
 	})
 	if err != nil {

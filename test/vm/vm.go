@@ -140,16 +140,33 @@ func (v *VM) Console() string {
 
 // WaitFor waits until the console shows marker, and returns the time since boot.
 func (v *VM) WaitFor(ctx context.Context, marker string, timeout time.Duration) (time.Duration, error) {
+	return v.WaitForAfter(ctx, 0, marker, timeout)
+}
+
+// Mark is the console's length now: WaitForAfter(Mark(), ...) looks only at what follows.
+func (v *VM) Mark() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.console.Len()
+}
+
+// WaitForAfter waits until the console after offset from shows marker (a machine that
+// reboots prints the same lines again).
+func (v *VM) WaitForAfter(ctx context.Context, from int, marker string, timeout time.Duration) (time.Duration, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	seen := func() bool {
+		c := v.Console()
+		return len(c) >= from && strings.Contains(c[from:], marker)
+	}
 	for {
-		if strings.Contains(v.Console(), marker) {
+		if seen() {
 			return time.Since(v.start), nil
 		}
 		select {
 		case <-v.changed:
 		case <-v.done:
-			if strings.Contains(v.Console(), marker) {
+			if seen() {
 				return time.Since(v.start), nil
 			}
 			return 0, fmt.Errorf("the machine stopped (%v) before printing %q", v.err, marker)
@@ -187,31 +204,36 @@ type Release struct {
 }
 
 var (
-	buildOnce sync.Once
-	built     *Release
-	buildErr  error
+	buildMu sync.Mutex
+	builds  = map[string]*Release{}
 )
 
-// BuildRelease builds a release with the k3s stand-in from this source tree, once per test
-// binary, into a temporary directory.
+// BuildRelease builds a release with the k3s stand-in from this source tree, once per
+// version and test binary, into a temporary directory.
 func BuildRelease(version string) (*Release, error) {
-	buildOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		source := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "liken-vm-release-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		cache, _ := os.UserCacheDir()
-		start := time.Now()
-		digest, doc, err := release.Build(release.BuildOptions{
-			Version: version, Source: source, StandIn: true, Out: dir,
-			KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
-		})
-		built, buildErr = &Release{Dir: dir, Digest: digest, Doc: doc, Took: time.Since(start)}, err
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if r := builds[version]; r != nil {
+		return r, nil
+	}
+	_, file, _, _ := runtime.Caller(0)
+	source := filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.MkdirTemp("", "liken-vm-release-")
+	if err != nil {
+		return nil, err
+	}
+	cache, _ := os.UserCacheDir()
+	start := time.Now()
+	digest, doc, err := release.Build(release.BuildOptions{
+		Version: version, Source: source, StandIn: true, Out: dir,
+		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
 	})
-	return built, buildErr
+	if err != nil {
+		return nil, err
+	}
+	r := &Release{Dir: dir, Digest: digest, Doc: doc, Took: time.Since(start)}
+	builds[version] = r
+	return r, nil
 }
 
 // Path returns a file of the release.

@@ -1,0 +1,381 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/test/report"
+)
+
+const vmMAC = "52:54:00:12:34:01"
+
+// waitMachine polls vm-1 until ok holds, failing with its last status.
+func (j *joined) waitMachine(t *testing.T, what string, timeout time.Duration, ok func(*v1alpha1.Machine) bool) *v1alpha1.Machine {
+	t.Helper()
+	var last *v1alpha1.Machine
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		m, err := j.lc.Machine(ctx, "vm-1")
+		if err != nil {
+			return false, nil
+		}
+		last = m
+		return m.Status.ObservedGeneration == m.Generation && ok(m), nil
+	})
+	if err != nil {
+		b, _ := json.MarshalIndent(last, "", "  ")
+		t.Fatalf("vm-1: %s never happened within %s; last Machine:\n%s", what, timeout, b)
+	}
+	return last
+}
+
+func (j *joined) editMachine(t *testing.T, edit func(*v1alpha1.Machine)) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m, err := j.lc.Machine(t.Context(), "vm-1")
+		if err != nil {
+			return err
+		}
+		edit(m)
+		_, err = j.lc.UpdateMachine(t.Context(), m)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (j *joined) editCluster(t *testing.T, edit func(*v1alpha1.Cluster)) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := j.lc.Cluster(t.Context())
+		if err != nil {
+			return err
+		}
+		edit(c)
+		_, err = j.lc.UpdateCluster(t.Context(), c)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// approve approves vm-1's current pending set, as an operator does.
+func (j *joined) approve(t *testing.T) string {
+	t.Helper()
+	m, err := j.lc.Machine(t.Context(), "vm-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := m.Status.PendingHash
+	j.editMachine(t, func(m *v1alpha1.Machine) {
+		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "vm-test", ApprovedAt: &metav1.Time{Time: time.Now()}}}
+	})
+	return hash
+}
+
+// events are the reasons of vm-1's Events.
+func (j *joined) events(t *testing.T) map[string]int {
+	t.Helper()
+	list, err := j.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=vm-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		out[e.Reason] += int(e.Count)
+	}
+	return out
+}
+
+// slotsOnDisk reads the slot records from the disk image's ESP (the machine is off).
+func slotsOnDisk(t *testing.T, diskPath string) bootloader.Slots {
+	t.Helper()
+	parts, err := disk.Read(diskPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(t.TempDir(), "slots.json")
+	img := diskPath + "@@" + strconv.FormatInt(parts[disk.ESP].Offset, 10)
+	if out, err := exec.Command("mcopy", "-n", "-i", img, "::"+bootloader.SlotsFile, tmp).CombinedOutput(); err != nil {
+		t.Fatalf("mcopy: %v %s", err, out)
+	}
+	b, _ := os.ReadFile(tmp)
+	var s bootloader.Slots
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func running(m *v1alpha1.Machine, slot v1alpha1.Slot, version string) bool {
+	r := m.Status.Release
+	return r != nil && r.Slot == slot && r.Version == version && !r.Trial && r.LastGoodSlot == slot &&
+		meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady)
+}
+
+func hasPending(m *v1alpha1.Machine, field string) bool {
+	for _, p := range m.Status.Pending {
+		if p.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// TestUpgradeCommitAndRollback: install A, boot, Node Ready; spec.version changed, B
+// written from the channel over HTTP, the reboot staged and approved, B tried once and
+// committed; then this machine alone rolled back to A: no download, A tried and committed.
+func TestUpgradeCommitAndRollback(t *testing.T) {
+	j := joinCluster(t, "liken.trial.deadline=240", releaseB)
+	vm := bootUEFI(t, j.disk, true, vmMAC)
+	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	})
+
+	start := time.Now()
+	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version = releaseB })
+	m := j.waitMachine(t, "release B staged in slot B", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "B" &&
+			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && hasPending(m, "cluster.spec.version")
+	})
+	staged := time.Since(start)
+	if n := j.channel.slotGets(releaseB); n != 1 {
+		t.Errorf("release B's slot image was requested %d times; want 1", n)
+	}
+	if m.Status.Release.Slot != "A" {
+		t.Fatalf("the machine left slot A before the reboot: %+v", m.Status.Release)
+	}
+
+	mark := vm.Mark()
+	start = time.Now()
+	j.approve(t)
+	expectAfter(t, vm, mark, "liken-grub: booting slot B (trial 1)", 3*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: trial of slot B committed", 4*time.Minute)
+	j.waitMachine(t, "release B committed on slot B", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "B", releaseB) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	})
+	upgraded := time.Since(start)
+	if env := espEnv(t, j.disk, nil); env[bootloader.EnvDefaultSlot] != "B" || env[bootloader.EnvTrialSlot] != "" {
+		t.Errorf("after the commit the boot loader's environment is %v; want default B, no trial", env)
+	}
+
+	// Roll this machine back: slot A still holds A.
+	mark = vm.Mark()
+	start = time.Now()
+	j.editMachine(t, func(m *v1alpha1.Machine) { m.Spec.Version = releaseA })
+	j.waitMachine(t, "release A staged in slot A", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "A" && hasPending(m, "machine.spec.version")
+	})
+	if n := j.channel.slotGets(releaseA); n != 0 {
+		t.Errorf("the rollback requested release A's slot image %d times; want none", n)
+	}
+	j.approve(t)
+	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: trial of slot A committed", 4*time.Minute)
+	j.waitMachine(t, "release A committed on slot A", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	})
+	rolledBack := time.Since(start)
+	ev := j.events(t)
+	for _, r := range []string{"WritingSlot", "SlotReady", "Rebooting", v1alpha1.ReasonCommitted} {
+		if ev[r] == 0 {
+			t.Errorf("no %s Event; got %v", r, ev)
+		}
+	}
+	report.Line("upgrade in the VM (TCG): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
+		sizeOf(t, releaseB), staged.Round(time.Second), upgraded.Round(time.Second), rolledBack.Round(time.Second))
+}
+
+func sizeOf(t *testing.T, version string) int64 {
+	rel, err := BuildRelease(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rel.Doc.Files {
+		if f.Name == "slot.img" {
+			return f.Size
+		}
+	}
+	return 0
+}
+
+func expectAfter(t *testing.T, v *VM, mark int, marker string, timeout time.Duration) time.Duration {
+	t.Helper()
+	d, err := v.WaitForAfter(t.Context(), mark, marker, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestTrialFailuresEndOnTheLastGoodSlot: a bad kernel argument staged as NextBoot, then
+// trials of release B that fail in each way (kernel panic, init exits, hang, k3s never
+// ready, power cut during the trial). Each ends on slot A with the reason in status, and
+// B is tried again only when the Machine changes and names it in spec.retryFailedDigest.
+func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
+	j := joinCluster(t, "liken.trial.deadline=60 liken.watchdog=20", releaseB)
+	vm := bootUEFI(t, j.disk, true, vmMAC)
+	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA)
+	})
+
+	// A kernel argument that keeps the kernel from starting init, tried at a requested reboot.
+	mark := vm.Mark()
+	start := time.Now()
+	j.editMachine(t, func(m *v1alpha1.Machine) {
+		m.Spec.KernelArgs = []v1alpha1.KernelArg{"rdinit=/no-such-init"}
+		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: metav1.Now(), RequestedBy: "vm-test"}}
+	})
+	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)
+	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 0)", 3*time.Minute)
+	m := j.waitMachine(t, "the failed kernel arguments reported", 4*time.Minute, func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		return running(m, "A", releaseA) && c != nil && c.Status == metav1.ConditionTrue && hasPending(m, "machine.spec.kernelArgs")
+	})
+	report.Line("trial of a bad kernel argument: back on the old arguments and reported (%s) %s after the reboot request (TCG)",
+		meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed).Reason, time.Since(start).Round(time.Second))
+	if env := espEnv(t, j.disk, nil); env[bootloader.EnvKernelArgs] != "" {
+		t.Errorf("the failed kernel arguments became the default: %v", env)
+	}
+
+	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version = releaseB })
+	j.waitMachine(t, "release B staged", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged
+	})
+	digestB := j.channel.pins[releaseB]
+	for _, tc := range []struct {
+		name, arg, reason string
+	}{
+		{"kernel panic", "liken.test.fail=panic", v1alpha1.ReasonKernelPanic},
+		{"init exits", "liken.test.fail=init-exit", v1alpha1.ReasonInitFailed},
+		{"hang", "liken.test.fail=hang", v1alpha1.ReasonWatchdog},
+		{"k3s never ready", "liken.test.k3s-fault=never-ready", v1alpha1.ReasonHealthDeadline},
+		{"power cut during the trial", "liken.test.note=power-cut", v1alpha1.ReasonBootInterrupted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := j.lc.Machine(t.Context(), "vm-1")
+			var prevAt metav1.Time
+			if f := before.Status.Upgrade.FailedReleases; len(f) > 0 {
+				prevAt = f[0].At
+			}
+			j.editMachine(t, func(m *v1alpha1.Machine) {
+				m.Spec.KernelArgs = []v1alpha1.KernelArg{v1alpha1.KernelArg(tc.arg)}
+				m.Spec.RetryFailedDigest = v1alpha1.Digest(digestB)
+				m.Spec.Reboot = nil
+			})
+			j.waitMachine(t, "the new set staged", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+				return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.PendingHash != before.Status.PendingHash &&
+					m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+			})
+			mark := vm.Mark()
+			start := time.Now()
+			j.approve(t)
+			expectAfter(t, vm, mark, "liken-grub: booting slot B (trial 1)", 3*time.Minute)
+			if tc.arg == "liken.test.note=power-cut" {
+				trial := vm.Mark()
+				expectAfter(t, vm, trial, "liken-init: started k3s", 3*time.Minute)
+				vm.Kill()
+				vm = bootUEFI(t, j.disk, true, vmMAC)
+				mark = 0
+			}
+			expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 0)", 4*time.Minute)
+			m := j.waitMachine(t, "the failure reported", 4*time.Minute, func(m *v1alpha1.Machine) bool {
+				f := m.Status.Upgrade.FailedReleases
+				return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(f) == 1 && !f[0].At.Equal(&prevAt)
+			})
+			f := m.Status.Upgrade.FailedReleases[0]
+			if f.Digest != digestB || f.Reason != tc.reason {
+				t.Errorf("failed release %+v; want digest %s, reason %s", f, digestB, tc.reason)
+			}
+			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != tc.reason {
+				t.Errorf("UpgradeFailed condition %+v; want True/%s", c, tc.reason)
+			}
+			if m.Status.Reboot.State != v1alpha1.RebootNone {
+				t.Errorf("a failed release asks for a reboot again: %+v", m.Status.Reboot)
+			}
+			report.Line("trial failure %q: back on slot A, %s in status, %s after the approval (TCG)", tc.name, f.Reason, time.Since(start).Round(time.Second))
+		})
+		if t.Failed() {
+			return
+		}
+	}
+	if env := espEnv(t, j.disk, nil); env[bootloader.EnvDefaultSlot] != "A" || env[bootloader.EnvTrialSlot] != "" {
+		t.Errorf("after the failed trials the boot loader's environment is %v", env)
+	}
+}
+
+// TestSlotWriteInterruptedAndCorrupted: power is cut while B is being written (the record
+// says so and the next boot writes B again); then B is damaged on disk while the machine is
+// off, and the next boot finds it corrupt before it is ever tried and writes it again.
+func TestSlotWriteInterruptedAndCorrupted(t *testing.T) {
+	j := joinCluster(t, "", releaseB)
+	j.channel.rate.Store(4 << 20) // 4 MiB/s: the write takes about ten seconds
+	vm := bootUEFI(t, j.disk, true, vmMAC)
+	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA)
+	})
+	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version = releaseB })
+	expect(t, vm, "writing a release into the inactive slot", 3*time.Minute)
+	time.Sleep(3 * time.Second)
+	vm.Kill()
+	if rec := slotsOnDisk(t, j.disk)["B"]; rec.State != bootloader.SlotWriting {
+		t.Fatalf("after a power cut during the write slot B's record is %+v; want %s", rec, bootloader.SlotWriting)
+	}
+
+	vm = bootUEFI(t, j.disk, true, vmMAC)
+	j.waitMachine(t, "release B written again and staged", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && running(m, "A", releaseA)
+	})
+	if n := j.channel.slotGets(releaseB); n != 2 {
+		t.Errorf("release B's slot image requested %d times; want 2 (cut, then whole)", n)
+	}
+	if rec := slotsOnDisk(t, j.disk)["B"]; !rec.Holds(j.channel.pins[releaseB]) {
+		t.Errorf("slot B's record after the write: %+v", rec)
+	}
+	vm.Kill()
+
+	// Damage slot B inside its root image while the machine is off.
+	parts, err := disk.Read(j.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(j.disk, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("corrupted by the test"), parts[disk.SlotB].Offset+20<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	j.channel.rate.Store(0)
+	vm = bootUEFI(t, j.disk, true, vmMAC)
+	j.waitMachine(t, "slot B found corrupt, written again and staged", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && running(m, "A", releaseA) && j.channel.slotGets(releaseB) == 3
+	})
+	ev := j.events(t)
+	for _, r := range []string{"SlotWriteInterrupted", "SlotCorrupt"} {
+		if ev[r] == 0 {
+			t.Errorf("no %s Event; got %v", r, ev)
+		}
+	}
+	if rec := slotsOnDisk(t, j.disk)["B"]; !rec.Holds(j.channel.pins[releaseB]) {
+		t.Errorf("slot B's record after the rewrite: %+v", rec)
+	}
+	vm.Kill()
+}
