@@ -171,6 +171,12 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 		a.forgetFailure(at.Digest)
 		return a.cfg.State.Save(a.st)
 	}
+	if !armed(at, bi.Boots) {
+		// The agent stopped between remembering the trial and init arming it: no trial ran.
+		a.log.Warn("the trial remembered was never armed; forgetting it", "slot", at.Slot, "version", at.Version)
+		a.st.Attempt = nil
+		return a.cfg.State.Save(a.st)
+	}
 	reason, msg := trialFailure(at, bi.Boots)
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
 	what := []string{}
@@ -212,6 +218,17 @@ func (a *Agent) failedRelease(digest string) *v1alpha1.FailedRelease {
 		}
 	}
 	return nil
+}
+
+// armed reports whether init armed the attempt's trial, by the arming boot's record. A log
+// that no longer holds that boot (16 boots later) counts as armed.
+func armed(at *state.Attempt, boots []state.BootRecord) bool {
+	for _, b := range boots {
+		if b.ID == at.BootID {
+			return b.Armed == at.Slot
+		}
+	}
+	return true
 }
 
 // trialFailure reads init's boot log for why the trial after at failed. The trial boot

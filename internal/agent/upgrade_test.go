@@ -69,6 +69,9 @@ func (b *fakeBoot) Reboot(_ context.Context, r supervisor.RebootRequest) error {
 		return fmt.Errorf("slot %s holds no verified release", r.TrialSlot)
 	}
 	b.reboots = append(b.reboots, r)
+	if r.TrialSlot != "" {
+		b.info.Boots[len(b.info.Boots)-1].Armed = r.TrialSlot
+	}
 	return nil
 }
 
@@ -314,4 +317,34 @@ func approve(f *fixture, name string) {
 	f.editMachine(name, func(m *v1alpha1.Machine) {
 		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test", ApprovedAt: &metav1.Time{Time: time.Now()}}}
 	})
+}
+
+func TestTrialFailureReasons(t *testing.T) {
+	at := &state.Attempt{Slot: "B", BootID: "arm"}
+	arming := state.BootRecord{ID: "arm", Slot: "A", Armed: "B"}
+	trial := func(r state.BootRecord) state.BootRecord { r.ID, r.Slot, r.Trial = "trial", "B", true; return r }
+	after := func(r state.BootRecord) state.BootRecord { r.ID, r.Slot = "after", "A"; return r }
+	for _, tt := range []struct {
+		name  string
+		boots []state.BootRecord
+		want  string
+	}{
+		{"health deadline", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s", End: state.EndHealthDeadline}), after(state.BootRecord{})}, v1alpha1.ReasonHealthDeadline},
+		{"init failed", []state.BootRecord{arming, trial(state.BootRecord{Reached: "system", End: state.EndInitFailed, Message: "no layer"}), after(state.BootRecord{})}, v1alpha1.ReasonInitFailed},
+		{"kernel panic", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{Panic: "Kernel panic - not syncing: sysrq triggered crash"})}, v1alpha1.ReasonKernelPanic},
+		{"init exited", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{Panic: "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"})}, v1alpha1.ReasonInitFailed},
+		{"watchdog", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{WatchdogReset: true})}, v1alpha1.ReasonWatchdog},
+		{"power cut", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{})}, v1alpha1.ReasonBootInterrupted},
+		{"never reached init", []state.BootRecord{arming, after(state.BootRecord{})}, v1alpha1.ReasonTrialFailed},
+		{"panic before init", []state.BootRecord{arming, after(state.BootRecord{Panic: "Kernel panic - not syncing: VFS: Unable to mount root fs"})}, v1alpha1.ReasonKernelPanic},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, msg := trialFailure(at, tt.boots); got != tt.want || msg == "" {
+				t.Errorf("reason %s (%q), want %s", got, msg, tt.want)
+			}
+		})
+	}
+	if armed(at, []state.BootRecord{{ID: "arm", Slot: "A"}}) {
+		t.Error("a trial init never armed counted as armed")
+	}
 }

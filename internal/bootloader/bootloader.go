@@ -125,20 +125,23 @@ if [ "$trial_slot" = "A" -o "$trial_slot" = "B" ]; then
   set trial_slot=
   save_env --file $envfile trial_slot
 fi
+# boot_slot SLOT TRIAL boots with the kernel arguments in $args (a global: GRUB passes a
+# function's arguments word by word).
 function boot_slot {
   if [ "$1" = "A" ]; then set part=2; set label=liken-slot-a; else set part=3; set label=liken-slot-b; fi
-  echo "liken-grub: booting slot $1 (trial $2)"
-  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $install_args $3; then
+  echo "liken-grub: booting slot $1 (trial $2) with: $install_args $args"
+  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $install_args $args; then
     if initrd ($disk,gpt$part)/initramfs.img; then
       boot
     fi
   fi
   echo "liken-grub: slot $1 could not be loaded"
 }
-boot_slot $slot $trial "$args"
+boot_slot $slot $trial
 if [ "$trial" = "1" ]; then
   echo "liken-grub: trial of slot $slot failed to load; booting the last good slot $default_slot"
-  boot_slot $default_slot 0 "$kernel_args"
+  set args=$kernel_args
+  boot_slot $default_slot 0
 fi
 echo "liken-grub: no slot could be loaded; rebooting in 10 seconds"
 sleep 10

@@ -171,6 +171,7 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 		if err != nil {
 			return fmt.Errorf("arming the trial of slot %s: %w", r.TrialSlot, err)
 		}
+		b.record(func(rec *state.BootRecord) { rec.Armed = r.TrialSlot })
 		fmt.Fprintf(b.log, "liken-init: the next boot tries slot %s once (kernel arguments %q)\n", r.TrialSlot, r.TrialArgs)
 	}
 	b.rebootPending = true

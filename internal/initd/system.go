@@ -58,15 +58,8 @@ func Main() {
 	s, err := systemStage(os.Stdout)
 	if s != nil && s.boot != nil {
 		s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, err.Error() })
-		if s.boot.trial {
-			// The boot loader already chose the last good slot for the next boot.
-			fmt.Fprintf(s.log, "liken-init: %v\nliken-init: this trial failed; rebooting into the last good slot in 5 s\n", err)
-			unix.Sync()
-			time.Sleep(5 * time.Second)
-			unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
-		}
 	}
-	initramfs.Fail(os.Stdout, err)
+	initramfs.Fail(os.Stdout, err) // a trial reboots into the last good slot
 }
 
 func systemStage(log io.Writer) (*system, error) {
@@ -311,7 +304,7 @@ func (s *system) apiURL() string {
 }
 
 func (s *system) network() error {
-	for _, err := range network.Apply(s.machine.Spec.Network) {
+	for _, err := range network.Apply(context.Background(), s.machine.Spec.Network, s.machine.Name, s.log) {
 		fmt.Fprintf(s.log, "liken-init: network: %v\n", err)
 	}
 	return nil

@@ -53,11 +53,19 @@ func Main() {
 	Fail(os.Stdout, initramfsStage(os.Stdout))
 }
 
-// Fail reports why the boot failed and keeps PID 1 alive: exiting would panic the kernel.
-// The watchdog and the trial protocol decide what happens next.
+// Fail reports why the boot failed. A trial boot reboots: the boot loader already chose the
+// last good slot for the next boot. Any other boot keeps PID 1 alive (exiting would panic
+// the kernel) and waits for an operator: rebooting the last good slot would only fail again.
 func Fail(log io.Writer, err error) {
 	fmt.Fprintf(log, "liken-init: %v\n", err)
-	fmt.Fprintln(log, "liken-init: boot failed; waiting for the watchdog or an operator")
+	b, _ := os.ReadFile("/proc/cmdline")
+	if ParseCmdline(string(b))["liken.trial"] == "1" {
+		fmt.Fprintln(log, "liken-init: this trial boot failed; rebooting into the last good slot in 5 s")
+		unix.Sync()
+		time.Sleep(5 * time.Second)
+		unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	}
+	fmt.Fprintln(log, "liken-init: boot failed; waiting for an operator")
 	for {
 		time.Sleep(time.Hour)
 	}

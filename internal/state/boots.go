@@ -29,6 +29,8 @@ type BootRecord struct {
 	// Panic is the kernel log of a panic this boot found in the firmware's store (pstore),
 	// left there by the boot before it.
 	Panic string `json:"panic,omitempty"`
+	// Armed is the slot whose trial this boot armed for the next boot, if any.
+	Armed string `json:"armed,omitempty"`
 	// WatchdogReset is set when the watchdog reports that it reset the machine before
 	// this boot.
 	WatchdogReset bool `json:"watchdogReset,omitempty"`

@@ -49,10 +49,6 @@ spec:
     example.com/booted-by: liken
 `
 
-// TestInstalledMachineJoinsTheAPI installs a machine, boots it, and watches it from a real
-// API server on the host running on the cluster's own identity: the k3s stand-in in the VM
-// registers the Node and keeps it Ready, and the agent in the VM reports the machine's
-// hardware and applies its node label.
 // joined is a machine installed for a cluster whose API server runs on the host, on the
 // cluster's own identity, reached from the guest at 10.0.2.2.
 type joined struct {
@@ -69,11 +65,17 @@ type joined struct {
 // served over HTTP from the host and pins the installed release (and any others given).
 func joinCluster(t *testing.T, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
+	return joinAs(t, vmMachine, extraArgs, moreVersions...)
+}
+
+// joinAs is joinCluster with vm-1's manifest given.
+func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string) *joined {
+	t.Helper()
 	ch := newChannelServer(t, append([]string{releaseA}, moreVersions...)...)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	os.WriteFile(filepath.Join(manifests, "cluster.yaml"), ex, 0o644)
-	os.WriteFile(filepath.Join(manifests, "vm-1.yaml"), []byte(vmMachine), 0o644)
+	os.WriteFile(filepath.Join(manifests, "vm-1.yaml"), []byte(machineYAML), 0o644)
 	docs, err := manifest.Load(manifests)
 	if err != nil {
 		t.Fatal(err)
@@ -139,8 +141,31 @@ func joinCluster(t *testing.T, extraArgs string, moreVersions ...string) *joined
 	return &joined{env: env, admin: admin, lc: lc, disk: d, guestAPI: guestAPI, channel: ch}
 }
 
+// vmMachineDHCP is vm-1 configured by DHCP: QEMU's user network runs a DHCP server that
+// leases 10.0.2.15 with the host, 10.0.2.2, as the router.
+const vmMachineDHCP = `apiVersion: liken.dev/v1alpha1
+kind: Machine
+metadata:
+  name: vm-1
+spec:
+  role: server
+  match:
+    macs: ["52:54:00:12:34:01"]
+  network:
+    interfaces:
+      - name: eth0
+        mac: "52:54:00:12:34:01"
+        dhcp: true
+  nodeLabels:
+    example.com/booted-by: liken
+`
+
+// TestInstalledMachineJoinsTheAPI installs a machine configured by DHCP, boots it, and
+// watches it from a real API server on the host running on the cluster's own identity: the
+// k3s stand-in in the VM registers the Node and keeps it Ready, and the agent in the VM
+// reports the machine's hardware and applies its node label.
 func TestInstalledMachineJoinsTheAPI(t *testing.T) {
-	j := joinCluster(t, "")
+	j := joinAs(t, vmMachineDHCP, "")
 	admin, lc, d := j.admin, j.lc, j.disk
 	vm := bootUEFI(t, d, false, "52:54:00:12:34:01")
 	defer vm.Kill()
@@ -177,6 +202,9 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	n, _ := admin.CoreV1().Nodes().Get(t.Context(), "vm-1", metav1.GetOptions{})
 	if n.Labels["example.com/booted-by"] != "liken" {
 		t.Errorf("the agent in the VM did not apply the node label: %v", n.Labels)
+	}
+	if !strings.Contains(vm.Console(), "liken-init: eth0: DHCP lease 10.0.2.15/24 from 10.0.2.2") {
+		t.Errorf("no DHCP lease from QEMU's DHCP server on the console")
 	}
 	if !strings.Contains(vm.Console(), "liken-init: started k3s") {
 		t.Errorf("no k3s start on the console")

@@ -233,11 +233,12 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 		return running(m, "A", releaseA)
 	})
 
-	// A kernel argument that keeps the kernel from starting init, tried at a requested reboot.
+	// Kernel arguments that keep the kernel from starting any init (it panics), tried at a
+	// requested reboot.
 	mark := vm.Mark()
 	start := time.Now()
 	j.editMachine(t, func(m *v1alpha1.Machine) {
-		m.Spec.KernelArgs = []v1alpha1.KernelArg{"rdinit=/no-such-init"}
+		m.Spec.KernelArgs = []v1alpha1.KernelArg{"rdinit=/no-such-init", "init=/no-such-init"}
 		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: metav1.Now(), RequestedBy: "vm-test"}}
 	})
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)

@@ -1,15 +1,18 @@
 // Package network configures a machine's network at boot from its Machine's spec.network:
-// interfaces found by name or MAC (and given the spec's name), MTU, static addresses,
-// routes and resolvers. This increment configures plain interfaces; bonds, VLANs and DHCP
-// are reported as not configured yet rather than silently skipped.
+// interfaces found by name or MAC (and given the spec's name), MTU, static addresses or a
+// DHCPv4 lease (renewed while the machine runs), routes and resolvers. Bonds and VLANs are
+// reported as not configured yet rather than silently skipped.
 package network
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -17,11 +20,12 @@ import (
 )
 
 // ResolvConf is where resolvers are written; the root image's /etc/resolv.conf points here.
-const ResolvConf = "/run/liken/resolv.conf"
+var ResolvConf = "/run/liken/resolv.conf"
 
 // Apply configures the interfaces and routes in spec and writes the resolvers. It returns
-// what it could not do, item by item, and configures the rest.
-func Apply(spec *v1alpha1.MachineNetwork) []error {
+// what it could not do, item by item, and configures the rest. DHCP leases are renewed until
+// ctx ends; log hears about renewals.
+func Apply(ctx context.Context, spec *v1alpha1.MachineNetwork, hostname string, log io.Writer) []error {
 	var errs []error
 	if lo, err := netlink.LinkByName("lo"); err == nil {
 		netlink.LinkSetUp(lo)
@@ -29,23 +33,50 @@ func Apply(spec *v1alpha1.MachineNetwork) []error {
 	if spec == nil {
 		return []error{errors.New("the Machine has no spec.network: no interface configured")}
 	}
+	var leases []*Lease
 	for _, i := range spec.Interfaces {
-		if err := configure(i); err != nil {
+		l, err := configure(ctx, i, hostname, log)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("interface %s: %w", i.Name, err))
 		}
+		if l != nil {
+			leases = append(leases, l)
+		}
 	}
+	defaultRoute := false
 	for _, r := range spec.Routes {
+		if r.To == "0.0.0.0/0" {
+			defaultRoute = true
+		}
 		if err := route(r); err != nil {
 			errs = append(errs, fmt.Errorf("route to %s: %w", r.To, err))
 		}
 	}
 	var b strings.Builder
-	if spec.DNS != nil {
+	switch {
+	case spec.DNS != nil:
 		for _, ns := range spec.DNS.Nameservers {
 			b.WriteString("nameserver " + ns + "\n")
 		}
 		if len(spec.DNS.Search) > 0 {
 			b.WriteString("search " + strings.Join(spec.DNS.Search, " ") + "\n")
+		}
+	default:
+		for _, l := range leases {
+			for _, ns := range l.DNS {
+				b.WriteString("nameserver " + ns.String() + "\n")
+			}
+			if len(l.Search) > 0 {
+				b.WriteString("search " + strings.Join(l.Search, " ") + "\n")
+			}
+		}
+	}
+	for _, l := range leases {
+		if l.Router != nil && !defaultRoute {
+			if err := netlink.RouteReplace(&netlink.Route{Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}, Gw: l.Router}); err != nil {
+				errs = append(errs, fmt.Errorf("default route via %s from DHCP: %w", l.Router, err))
+			}
+			defaultRoute = true
 		}
 	}
 	if err := os.WriteFile(ResolvConf, []byte(b.String()), 0o644); err != nil {
@@ -54,41 +85,93 @@ func Apply(spec *v1alpha1.MachineNetwork) []error {
 	return errs
 }
 
-func configure(i v1alpha1.Interface) error {
+func configure(ctx context.Context, i v1alpha1.Interface, hostname string, log io.Writer) (*Lease, error) {
 	if i.Bond != nil || i.VLAN != nil {
-		return errors.New("bonds and VLANs are not configured at boot yet")
+		return nil, errors.New("bonds and VLANs are not configured at boot yet")
 	}
 	link, err := find(i)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if link.Attrs().Name != string(i.Name) {
 		netlink.LinkSetDown(link)
 		if err := netlink.LinkSetName(link, string(i.Name)); err != nil {
-			return fmt.Errorf("renaming %s: %w", link.Attrs().Name, err)
+			return nil, fmt.Errorf("renaming %s: %w", link.Attrs().Name, err)
 		}
 	}
 	if i.MTU > 0 {
 		if err := netlink.LinkSetMTU(link, int(i.MTU)); err != nil {
-			return fmt.Errorf("setting MTU %d: %w", i.MTU, err)
+			return nil, fmt.Errorf("setting MTU %d: %w", i.MTU, err)
 		}
 	}
 	for _, a := range i.Addresses {
 		addr, err := netlink.ParseAddr(a)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := netlink.AddrReplace(link, addr); err != nil {
-			return fmt.Errorf("adding %s: %w", a, err)
+			return nil, fmt.Errorf("adding %s: %w", a, err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("bringing it up: %w", err)
+		return nil, fmt.Errorf("bringing it up: %w", err)
 	}
-	if i.DHCP {
-		return errors.New("the link is up, but DHCP is not built yet: give static addresses")
+	if !i.DHCP {
+		return nil, nil
+	}
+	c := &Client{Interface: string(i.Name), MAC: link.Attrs().HardwareAddr, Hostname: hostname}
+	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	l, err := c.Acquire(actx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if err := applyLease(link, l, i.MTU == 0); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "liken-init: %s: DHCP lease %s from %s for %s (router %s)\n", i.Name, l.Address.String(), l.Server, l.Duration, l.Router)
+	go renew(ctx, c, link, l, log)
+	return l, nil
+}
+
+func applyLease(link netlink.Link, l *Lease, mtu bool) error {
+	if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: &l.Address}); err != nil {
+		return fmt.Errorf("adding the DHCP address %s: %w", l.Address.String(), err)
+	}
+	if mtu && l.MTU >= 576 {
+		if err := netlink.LinkSetMTU(link, l.MTU); err != nil {
+			return fmt.Errorf("setting the DHCP MTU %d: %w", l.MTU, err)
+		}
 	}
 	return nil
+}
+
+// renew keeps the lease: half-way through it asks again, and retries every minute when the
+// server does not answer.
+func renew(ctx context.Context, c *Client, link netlink.Link, l *Lease, log io.Writer) {
+	wait := l.Duration / 2
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		nl, err := c.Renew(rctx, l)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(log, "liken-init: %v; retrying in a minute\n", err)
+			wait = time.Minute
+			continue
+		}
+		if !nl.Address.IP.Equal(l.Address.IP) {
+			fmt.Fprintf(log, "liken-init: %s: the DHCP server now gives %s instead of %s\n", c.Interface, nl.Address.String(), l.Address.String())
+		}
+		if err := applyLease(link, nl, false); err != nil {
+			fmt.Fprintf(log, "liken-init: %v\n", err)
+		}
+		l, wait = nl, nl.Duration/2
+	}
 }
 
 // find returns the link with the interface's MAC, else with its name.
