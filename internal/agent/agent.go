@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -230,10 +231,16 @@ func (a *Agent) worker(ctx context.Context) {
 			return
 		}
 		err := a.handle(ctx, key)
-		if err != nil {
+		switch {
+		case apierrors.IsConflict(err):
+			// The Machine changed while this pass wrote its status: the watch brings the
+			// new one, and the next pass starts from it.
+			a.log.Debug("status write raced a change; reconciling again", "key", key)
+			a.queue.AddRateLimited(key)
+		case err != nil:
 			a.log.Error("reconcile failed; retrying", "key", key, "err", err)
 			a.queue.AddRateLimited(key)
-		} else {
+		default:
 			a.queue.Forget(key)
 		}
 		a.queue.Done(key)

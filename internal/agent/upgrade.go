@@ -627,8 +627,8 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		if v.staged {
 			digest, version = v.digest, v.wantVersion
 		}
-		if v.staged && a.failedRelease(v.digest) != nil {
-			a.st.RetryGeneration = m.Generation // the one retry this spec allows
+		if v.staged && string(m.Spec.RetryFailedDigest) == v.digest {
+			a.st.RetryGeneration = m.Generation // the one try this spec allows
 		}
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,

@@ -284,6 +284,24 @@ func TestUpgradeFlow(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(slotDir, "A.img")); !bytes.Equal(got[:len(ch.slots[v1])], ch.slots[v1]) {
 		t.Fatal("slot A was not rewritten")
 	}
+	// The retry fails too: the release is not tried again, whatever is approved, until the
+	// Machine changes.
+	approve(f, "u1")
+	waitCount(t, "the retry's reboot", func() bool { return len(boot.reboots) == reboots+1 })
+	s.stop()
+	boot.boot("boot-5", "A", true, "")
+	boot.boot("boot-6", "B", false, "")
+	boot.info.Boots[len(boot.info.Boots)-1].WatchdogReset = true
+	s.start(t)
+	f.waitFor(t, "u1", "the failed retry reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		f := m.Status.Upgrade.FailedReleases
+		return m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(f) == 1 && f[0].Reason == v1alpha1.ReasonWatchdog
+	})
+	approve(f, "u1")
+	time.Sleep(2 * time.Second)
+	if len(boot.reboots) != reboots+1 {
+		t.Fatal("a release whose retry failed was tried again")
+	}
 	events, _ := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=u1"})
 	seen := map[string]bool{}
 	for _, e := range events.Items {

@@ -115,18 +115,18 @@ load_env --file $envfile
 if [ "$default_slot" != "B" ]; then set default_slot=A; fi
 set slot=$default_slot
 set trial=0
-set args=$kernel_args
+set args="$kernel_args"
 if [ "$trial_slot" = "A" -o "$trial_slot" = "B" ]; then
   set slot=$trial_slot
   set trial=1
-  set args=$trial_args
+  set args="$trial_args"
   # Consumed before the kernel starts: whatever happens next, the following boot is the
   # last good slot unless liken commits this one.
   set trial_slot=
   save_env --file $envfile trial_slot
 fi
-# boot_slot SLOT TRIAL boots with the kernel arguments in $args (a global: GRUB passes a
-# function's arguments word by word).
+# boot_slot SLOT TRIAL boots with the kernel arguments in $args. Values with spaces are
+# quoted: unquoted, "set" and function calls would take only their first word.
 function boot_slot {
   if [ "$1" = "A" ]; then set part=2; set label=liken-slot-a; else set part=3; set label=liken-slot-b; fi
   echo "liken-grub: booting slot $1 (trial $2) with: $install_args $args"
@@ -140,7 +140,7 @@ function boot_slot {
 boot_slot $slot $trial
 if [ "$trial" = "1" ]; then
   echo "liken-grub: trial of slot $slot failed to load; booting the last good slot $default_slot"
-  set args=$kernel_args
+  set args="$kernel_args"
   boot_slot $default_slot 0
 fi
 echo "liken-grub: no slot could be loaded; rebooting in 10 seconds"

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/kmod"
 	"liken.dev/liken/internal/state"
@@ -63,7 +64,7 @@ func moduleParams(p map[string]v1alpha1.ModuleParameterValue) string {
 
 // useStaged takes the settings applied at boot (network, kernel modules) from the spec the
 // agent staged last, which is newer than the layer's manifest: a change staged for the next
-// boot takes effect at this one.
+// boot takes effect at this one. It also applies the sysctls the agent last applied.
 func (s *system) useStaged() {
 	st, err := state.Store{Dir: likenState}.Load()
 	if err != nil || st.Staged == nil || st.Staged.Machine.Role != s.machine.Spec.Role {
@@ -72,4 +73,24 @@ func (s *system) useStaged() {
 	s.machine.Spec.Network = st.Staged.Machine.Network
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
 	fmt.Fprintln(s.log, "liken-init: network and kernel modules from the spec the agent staged")
+	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
+	if a := st.Applied; a != nil {
+		want := sysctl.Merge(stringMap(a.Cluster.Sysctls), stringMap(a.Machine.Sysctls))
+		originals := map[string]string{}
+		for k, v := range st.SysctlOriginals {
+			originals[k] = v
+		}
+		res := sysctl.Default.Apply(want, originals)
+		for k, err := range res.Failed {
+			fmt.Fprintf(s.log, "liken-init: sysctl %s: %v\n", k, err)
+		}
+	}
+}
+
+func stringMap[V ~string](m map[string]V) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
 }

@@ -112,13 +112,33 @@ func (s *system) recordBoot() error {
 }
 
 func (s *system) mounts() error {
-	for _, m := range []struct{ src, dst, fs, data string }{
-		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "nsdelegate"}, // Kubernetes 1.35+ refuses cgroup v1
-		{"tmpfs", "/tmp", "tmpfs", "mode=1777"},
+	// What k3s, containerd and the kubelet expect of a Linux system besides /var.
+	for _, m := range []struct {
+		src, dst, fs, data string
+		flags              uintptr
+		optional           bool
+	}{
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "nsdelegate", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, false}, // Kubernetes 1.35+ refuses cgroup v1
+		{"tmpfs", "/tmp", "tmpfs", "mode=1777", unix.MS_NOSUID | unix.MS_NODEV, false},
+		{"tmpfs", "/dev/shm", "tmpfs", "mode=1777", unix.MS_NOSUID | unix.MS_NODEV, true},
+		{"devpts", "/dev/pts", "devpts", "mode=0620,ptmxmode=0666", unix.MS_NOSUID | unix.MS_NOEXEC, true},
+		{"mqueue", "/dev/mqueue", "mqueue", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, true},
+		{"bpf", "/sys/fs/bpf", "bpf", "mode=0700", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, true},
+		{"securityfs", "/sys/kernel/security", "securityfs", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, true},
 	} {
-		if err := unix.Mount(m.src, m.dst, m.fs, unix.MS_NOSUID|unix.MS_NODEV, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+		os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fs, m.flags, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+			if m.optional {
+				fmt.Fprintf(s.log, "liken-init: warning: mounting %s: %v\n", m.dst, err)
+				continue
+			}
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
+	}
+	// The kubelet propagates volume mounts (CSI, Bidirectional mounts) and needs / shared,
+	// as systemd makes it.
+	if err := unix.Mount("", "/", "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making / a shared mount: %w", err)
 	}
 	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.State, 60*time.Second)
 	if err != nil {

@@ -103,12 +103,19 @@ func readPstore(log io.Writer) string {
 	}
 	// Each record holds the end of the log; keep the lines that say why.
 	text := strings.Join(parts, "\n")
-	var keep []string
+	// The panic's own line first, then what led to it; never the call trace ("+0x").
+	var panics, keep []string
 	for _, l := range strings.Split(text, "\n") {
-		if strings.Contains(l, "Kernel panic") || strings.Contains(l, "Attempted to kill init") || strings.Contains(l, "sysrq") || strings.Contains(l, "BUG:") || strings.Contains(l, "Oops") {
-			keep = append(keep, strings.TrimSpace(l))
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.Contains(l, "+0x"):
+		case strings.Contains(l, "Kernel panic"):
+			panics = append(panics, l)
+		case strings.Contains(l, "Attempted to kill init") || strings.Contains(l, "BUG:") || strings.Contains(l, "Oops"):
+			keep = append(keep, l)
 		}
 	}
+	keep = append(panics, keep...)
 	if len(keep) == 0 {
 		keep = []string{"a kernel log was kept but says no more"}
 	}

@@ -249,7 +249,7 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 	})
 	report.Line("trial of a bad kernel argument: back on the old arguments and reported (%s) %s after the reboot request (TCG)",
 		meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed).Reason, time.Since(start).Round(time.Second))
-	if env := espEnv(t, j.disk, nil); env[bootloader.EnvKernelArgs] != "" {
+	if env := espEnv(t, j.disk, nil); env[bootloader.EnvKernelArgs] != "console=ttyS0,115200" {
 		t.Errorf("the failed kernel arguments became the default: %v", env)
 	}
 
