@@ -106,6 +106,8 @@ type Agent struct {
 	jobRetryAt     time.Time
 	jobRetryDigest string
 	jobLastErr     string
+	// rebooting is set once init accepted a reboot: this agent's last moments.
+	rebooting bool
 	// lastFailureKey names the failures last reported, so each new set gets one Event.
 	lastFailureKey string
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apirelease "liken.dev/liken/api/release"
@@ -295,7 +297,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	}
 	running := bi.Slots[bi.Slot]
 	v.release = &v1alpha1.RunningRelease{Version: bi.Version, Digest: running.Digest, Slot: v1alpha1.Slot(bi.Slot),
-		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime}}
+		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime}, K3s: bi.K3s}
 	if bi.Trial && bi.Committed {
 		v.release.LastGoodSlot = v1alpha1.Slot(bi.Slot)
 	}
@@ -589,8 +591,8 @@ func (a *Agent) finishJob(ctx context.Context) error {
 // remembers it, so the next boot can tell how it went.
 func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgradeView, hash string, out *outcome) (bool, error) {
 	bi := a.bootInfo
-	if a.cfg.Boot == nil || bi == nil || (bi.Trial && !bi.Committed) {
-		return false, nil
+	if a.cfg.Boot == nil || bi == nil || (bi.Trial && !bi.Committed) || a.rebooting {
+		return a.rebooting, nil
 	}
 	why := ""
 	if req := m.Spec.Reboot; req != nil && req.Request != nil && (a.st.LastRequestHandled == nil || req.Request.RequestedAt.After(a.st.LastRequestHandled.Time)) {
@@ -628,7 +630,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 			digest, version = v.digest, v.wantVersion
 		}
 		if v.staged && string(m.Spec.RetryFailedDigest) == v.digest {
-			a.st.RetryGeneration = m.Generation // the one try this spec allows
+			a.st.RetryUsedBy = retryKey(m) // the one try this spec allows
 		}
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
@@ -648,13 +650,23 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		}
 		a.recorder.Event(m, corev1.EventTypeNormal, "Rebooting", msg)
 	}
-	out.rebooting = true
-	// Say so in status before the machine goes down.
-	if err := a.writeStatus(ctx, m, out); err != nil {
-		a.log.Warn("writing status before the reboot", "err", err)
+	a.rebooting, out.rebooting = true, true
+	// Say so in status before the machine goes down, even when the Machine just changed.
+	for try := 0; ; try++ {
+		err := a.writeStatus(ctx, m, out)
+		if err == nil {
+			break
+		}
+		fresh, gerr := a.liken.Machine(ctx, a.cfg.Machine)
+		if !apierrors.IsConflict(err) || gerr != nil || try == 2 {
+			a.log.Warn("writing status before the reboot", "err", err)
+			break
+		}
+		m = fresh
 	}
 	if err := a.cfg.Boot.Reboot(ctx, req); err != nil {
 		a.st.Attempt = nil
+		a.rebooting = false
 		a.cfg.State.Save(a.st)
 		return false, err
 	}
@@ -675,8 +687,17 @@ func (a *Agent) approvalUsed(m *v1alpha1.Machine) bool {
 	return a.st.ApprovedHash == ap.PendingHash && a.st.ApprovedAt != nil && ap.ApprovedAt != nil && a.st.ApprovedAt.Equal(ap.ApprovedAt)
 }
 
-// retryAllowed: spec.retryFailedDigest names digest, and this Machine generation has not
-// used its retry yet, so a retry that fails again is not retried by itself.
+// retryAllowed: spec.retryFailedDigest names digest, and this Machine spec has not used its
+// retry yet, so a retry that fails again is not retried by itself.
 func (a *Agent) retryAllowed(m *v1alpha1.Machine, digest string) bool {
-	return string(m.Spec.RetryFailedDigest) == digest && a.st.RetryGeneration != m.Generation
+	return string(m.Spec.RetryFailedDigest) == digest && a.st.RetryUsedBy != retryKey(m)
+}
+
+// retryKey identifies a Machine's spec apart from its reboot approval and request.
+func retryKey(m *v1alpha1.Machine) string {
+	spec := m.Spec.DeepCopy()
+	spec.Reboot = nil
+	b, _ := json.Marshal(spec)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

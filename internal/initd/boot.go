@@ -98,7 +98,10 @@ func (b *bootControl) Info() (supervisor.BootInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := supervisor.BootInfo{Slot: b.slot, Trial: b.trial, Committed: b.committed, Version: b.version,
-		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime}
+		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version")}
+	if standIn() {
+		info.K3s = "stand-in"
+	}
 	err := b.withESP(func(e bootloader.ESP) error {
 		env, err := e.Env()
 		if err != nil {

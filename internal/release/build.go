@@ -337,6 +337,8 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		if err := write("etc/liken/k3s-stand-in", []byte("this release carries liken's k3s stand-in, not k3s: tests only\n")); err != nil {
 			return err
 		}
+	} else if err := write("etc/liken/k3s-version", []byte(opts.K3sVersion+"\n")); err != nil {
+		return err
 	}
 	for _, d := range []string{"dev", "proc", "sys", "run", "tmp", "var", "mnt", "etc/rancher", "root"} {
 		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {

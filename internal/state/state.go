@@ -64,9 +64,10 @@ type State struct {
 	// approval reboots the machine at most once.
 	ApprovedHash string       `json:"approvedHash,omitempty"`
 	ApprovedAt   *metav1.Time `json:"approvedAt,omitempty"`
-	// RetryGeneration is the Machine generation whose spec.retryFailedDigest was used for a
-	// trial: a failed release is retried once per change of the Machine.
-	RetryGeneration int64 `json:"retryGeneration,omitempty"`
+	// RetryUsedBy identifies the Machine spec (without its reboot approval and request)
+	// whose spec.retryFailedDigest was used for a trial: a failed release is tried again once
+	// per change of the Machine, and approving a reboot is not such a change.
+	RetryUsedBy string `json:"retryUsedBy,omitempty"`
 }
 
 // Attempt is a trial boot the agent armed: a release in a slot, kernel arguments, or both.

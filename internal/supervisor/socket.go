@@ -53,8 +53,10 @@ type BootInfo struct {
 	Committed bool   `json:"committed,omitempty"`
 	// DefaultSlot is the slot the boot loader falls back to: the last good one.
 	DefaultSlot string `json:"defaultSlot"`
-	// Version is the release in the booted root image.
+	// Version is the release in the booted root image; K3s its k3s version ("stand-in"
+	// for liken's node simulator).
 	Version string `json:"version,omitempty"`
+	K3s     string `json:"k3s,omitempty"`
 	// KernelArgs are the Cluster's and Machine's kernelArgs this boot runs with.
 	KernelArgs string `json:"kernelArgs"`
 	// BootID is the kernel's boot_id; BootTime when the kernel started.

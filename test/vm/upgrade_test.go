@@ -159,6 +159,9 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	if m.Status.Release.Slot != "A" {
 		t.Fatalf("the machine left slot A before the reboot: %+v", m.Status.Release)
 	}
+	if m.Status.Release.K3s != "stand-in" {
+		t.Errorf("status.release.k3s = %q; a release with the stand-in says so", m.Status.Release.K3s)
+	}
 
 	mark := vm.Mark()
 	start = time.Now()
@@ -331,8 +334,12 @@ func TestSlotWriteInterruptedAndCorrupted(t *testing.T) {
 		return running(m, "A", releaseA)
 	})
 	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version = releaseB })
-	expect(t, vm, "writing a release into the inactive slot", 3*time.Minute)
-	time.Sleep(3 * time.Second)
+	// Progress shows in status while the slot is written; the power is cut half-way.
+	size := sizeOf(t, releaseB)
+	j.waitMachine(t, "download progress in status", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+		u := m.Status.Upgrade
+		return u.State == v1alpha1.UpgradeDownloading && u.BytesTotal == size && u.BytesDone > 0 && u.BytesDone < size
+	})
 	vm.Kill()
 	if rec := slotsOnDisk(t, j.disk)["B"]; rec.State != bootloader.SlotWriting {
 		t.Fatalf("after a power cut during the write slot B's record is %+v; want %s", rec, bootloader.SlotWriting)
