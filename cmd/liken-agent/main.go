@@ -55,6 +55,7 @@ func run() error {
 		k3sRegDir  = flag.String("k3s-registry-files", k3s.DefaultPaths.RegistryFiles, "directory for registry CA and client files")
 		tokenFile  = flag.String("k3s-token-file", k3s.DefaultPaths.TokenFile, "k3s join token file")
 		dataDir    = flag.String("k3s-data-dir", k3s.DefaultPaths.DataDir, "k3s data directory")
+		healthz    = flag.String("k3s-healthz", "http://127.0.0.1:10248/healthz", "k3s's health check (the kubelet's); empty: not checked")
 	)
 	flag.Parse()
 	if *machine == "" {
@@ -71,7 +72,7 @@ func run() error {
 		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
 		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, DataDir: *dataDir},
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
-		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition,
+		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition, K3sHealthz: *healthz,
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
 		Log:      log, Metrics: m,
 	})

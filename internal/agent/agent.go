@@ -67,6 +67,9 @@ type Config struct {
 	// SlotDevice says where each slot's bytes are; Fetcher downloads releases (nil: defaults).
 	SlotDevice SlotDevice
 	Fetcher    *release.Fetcher
+	// K3sHealthz is k3s's health check (the kubelet's, http://127.0.0.1:10248/healthz on a
+	// machine); a trial commits only while it answers 200. Empty: not checked.
+	K3sHealthz string
 	// RestartDelay is how long rendered k3s files must stay unchanged before k3s is
 	// restarted, so a burst of edits ends in one restart.
 	RestartDelay time.Duration

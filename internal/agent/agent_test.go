@@ -56,6 +56,7 @@ type sim struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	metrics *Metrics
+	healthz string
 	// bootCtl and slotDevice, when set, stand for init's boot control and the slots.
 	bootCtl    Boot
 	slotDevice SlotDevice
@@ -105,6 +106,7 @@ func (s *sim) boot(t testing.TB, f *fixture) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	healthz := l.Addr().String()
 	l.Close()
+	s.healthz = "http://" + healthz + "/healthz"
 	s.k3s = supervisor.New(supervisor.Spec{Name: "k3s", Path: os.Args[0], Args: []string{string(s.role), "--config", s.paths.Config},
 		Env:    append(os.Environ(), "LIKEN_TEST_HELPER=k3s-standin", "LIKEN_STANDIN_KUBECONFIG="+kc, "LIKEN_STANDIN_HEALTHZ="+healthz),
 		Stderr: os.Stderr, RestartDelay: 200 * time.Millisecond, StopTimeout: 5 * time.Second}, nil)
@@ -126,7 +128,7 @@ func (s *sim) start(t testing.TB) {
 		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443",
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
-		Boot: s.bootCtl, SlotDevice: s.slotDevice,
+		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz,
 	})
 	if err != nil {
 		t.Fatal(err)

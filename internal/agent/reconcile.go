@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,6 +28,8 @@ type outcome struct {
 	restarted bool              // k3s files changed; a restart is scheduled
 	nodeFound bool
 	nodeReady bool
+	// k3sUnhealthy says why k3s's health check failed; empty when healthy or not checked.
+	k3sUnhealthy string
 	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
 	clusterPolicy v1alpha1.RebootPolicy
 	// view is where the machine stands with releases; rebooting once a reboot is asked of init.
@@ -65,6 +69,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return err
 	}
 	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy}
+	out.k3sUnhealthy = a.k3sHealth(ctx)
 
 	a.applySysctls(desired, out)
 	if node != nil {
@@ -120,7 +125,12 @@ func (a *Agent) reconcile(ctx context.Context) error {
 // watchdog) send a failed trial back to the last good slot.
 func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, out *outcome) error {
 	bi := a.bootInfo
-	if bi == nil || !bi.Trial || bi.Committed || !out.nodeReady || len(out.failures) > 0 || a.st.K3sRestartPending {
+	if bi == nil || !bi.Trial || bi.Committed {
+		return nil
+	}
+	if !out.nodeReady || out.k3sUnhealthy != "" || len(out.failures) > 0 || a.st.K3sRestartPending {
+		// k3s's health is not watched: look again shortly while the trial waits for it.
+		a.queue.AddAfter(keyReconcile, 5*time.Second)
 		return nil
 	}
 	if err := a.cfg.Boot.CommitTrial(ctx); err != nil {
@@ -374,6 +384,29 @@ func (a *Agent) pending(applied, desired change.Spec, out *outcome) ([]v1alpha1.
 	}
 	sort.Slice(out2, func(i, j int) bool { return out2[i].Field < out2[j].Field })
 	return out2, nil
+}
+
+// k3sHealth asks k3s's kubelet whether it is healthy (K3sHealthz); it returns why not, or
+// "" when healthy or when there is nothing to ask.
+func (a *Agent) k3sHealth(ctx context.Context) string {
+	if a.cfg.K3sHealthz == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.cfg.K3sHealthz, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Sprintf("k3s's health check %s: %v", a.cfg.K3sHealthz, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("k3s's health check %s answered %s", a.cfg.K3sHealthz, resp.Status)
+	}
+	return ""
 }
 
 func nodeReady(n *corev1.Node) bool {

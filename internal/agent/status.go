@@ -57,6 +57,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		pending:        s.Pending,
 		nodeFound:      out.nodeFound,
 		nodeReady:      out.nodeReady,
+		k3sUnhealthy:   out.k3sUnhealthy,
 		trialFailed:    failed,
 	}) {
 		c.ObservedGeneration = m.Generation
@@ -98,6 +99,7 @@ type condInput struct {
 	pending        []v1alpha1.PendingChange
 	nodeFound      bool
 	nodeReady      bool
+	k3sUnhealthy   string
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
 }
@@ -149,6 +151,8 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineDegraded, false, v1alpha1.ReasonHealthy, "nothing has failed")
 	}
 	switch {
+	case in.k3sUnhealthy != "":
+		add(v1alpha1.MachineReady, false, v1alpha1.ReasonK3sNotReady, in.k3sUnhealthy)
 	case !in.nodeFound:
 		add(v1alpha1.MachineReady, false, v1alpha1.ReasonNodeNotReady, "the Node is not registered yet")
 	case !in.nodeReady:

@@ -27,6 +27,7 @@ func TestConditions(t *testing.T) {
 		{"staged", condInput{pending: pending, nodeFound: true, nodeReady: true}, map[string]string{
 			"RebootPending": "True/ChangesStaged", "Ready": "True/Ready", "ConfigApplied": "True/Applied"}},
 		{"no node", condInput{}, map[string]string{"Ready": "False/NodeNotReady"}},
+		{"k3s unhealthy", condInput{nodeFound: true, nodeReady: true, k3sUnhealthy: "answered 503"}, map[string]string{"Ready": "False/K3sNotReady"}},
 		{"node not ready", condInput{nodeFound: true}, map[string]string{"Ready": "False/NodeNotReady"}},
 	}
 	for _, tt := range tests {
