@@ -69,7 +69,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return err
 	}
 	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy}
-	out.k3sUnhealthy = a.k3sHealth(ctx)
+	if out.k3sUnhealthy = a.k3sHealth(ctx); out.k3sUnhealthy != "" {
+		// k3s's health is not watched: look again shortly while it is not healthy.
+		a.queue.AddAfter(keyReconcile, 5*time.Second)
+	}
 
 	a.applySysctls(desired, out)
 	if node != nil {

@@ -82,7 +82,7 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 	}
 	out := t.TempDir()
 	idDir := filepath.Join(out, "identity")
-	if _, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true}); err != nil {
+	if _, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true, Server: "https://10.0.2.15:6443"}); err != nil {
 		t.Fatal(err)
 	}
 	id, err := identity.LoadOrCreateIdentity(idDir)
@@ -94,7 +94,7 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Stop)
-	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true})
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: idDir, OutDir: out, StandInNodeCredentials: true, Server: "https://10.0.2.15:6443"})
 	if err != nil {
 		t.Fatal(err)
 	}
