@@ -402,7 +402,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 		if verifyOnly {
 			err = a.checkSlot(jctx, j, rec)
 		} else {
-			err = a.writeSlot(jctx, j, channel, obj)
+			err = a.writeSlot(jctx, j, channel, obj, rec)
 		}
 		j.mu.Lock()
 		j.finished, j.err = true, err
@@ -415,7 +415,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 // writeSlot fetches the release's slot image into the slot, every byte hashed as it is
 // written. The slot is recorded as being written first, so a power cut leaves no record that
 // claims a release.
-func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1alpha1.Machine) error {
+func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
 	f := a.cfg.Fetcher
 	if f == nil {
 		f = &release.Fetcher{}
@@ -440,7 +440,7 @@ func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1
 	if err := a.cfg.Boot.SetSlot(ctx, j.slot, bootloader.SlotRecord{State: bootloader.SlotWriting, Version: j.version, Digest: j.digest, At: now}); err != nil {
 		return err
 	}
-	if prev := a.bootInfo.Slots[j.slot]; prev.State == bootloader.SlotWriting && a.recorder != nil {
+	if prev.State == bootloader.SlotWriting && a.recorder != nil {
 		a.recorder.Eventf(m, corev1.EventTypeWarning, "SlotWriteInterrupted", "the last write of release %s into slot %s never finished (power lost or the machine reset): writing it again", prev.Version, j.slot)
 	}
 	a.log.Info("writing a release into the inactive slot", "slot", j.slot, "version", j.version, "bytes", file.Size)

@@ -95,6 +95,24 @@ func (b *fakeBoot) lastReboot() *supervisor.RebootRequest {
 	return &r
 }
 
+func (b *fakeBoot) get() supervisor.BootInfo {
+	i, _ := b.BootInfo(context.Background())
+	return *i
+}
+
+func (b *fakeBoot) rebootCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.reboots)
+}
+
+// lastRecord changes the newest boot record.
+func (b *fakeBoot) lastRecord(change func(*state.BootRecord)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	change(&b.info.Boots[len(b.info.Boots)-1])
+}
+
 // boot makes the fake machine come up again: on slot, as a trial or not, with a new boot ID
 // and the boot log's new records.
 func (b *fakeBoot) boot(id, slot string, trial bool, args string, records ...state.BootRecord) {
@@ -201,7 +219,7 @@ func TestUpgradeFlow(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(slotDir, "B.img")); !bytes.Equal(got[:len(ch.slots[v2])], ch.slots[v2]) {
 		t.Fatal("slot B does not hold v2's slot image")
 	}
-	if rec := boot.info.Slots["B"]; !rec.Holds(ch.pins[v2]) {
+	if rec := boot.get().Slots["B"]; !rec.Holds(ch.pins[v2]) {
 		t.Fatalf("slot B's record: %+v", rec)
 	}
 	if n := ch.gets[v2].Load(); n != 1 {
@@ -230,7 +248,7 @@ func TestUpgradeFlow(t *testing.T) {
 		return r != nil && r.Slot == "B" && r.Version == v2 && !r.Trial && r.LastGoodSlot == "B" &&
 			m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
 	})
-	if !boot.info.Committed {
+	if !boot.get().Committed {
 		t.Fatal("the agent did not commit the trial")
 	}
 
@@ -250,8 +268,7 @@ func TestUpgradeFlow(t *testing.T) {
 	// in status with init's reason, and v1 is not tried again.
 	s.stop()
 	boot.boot("boot-3", "A", true, "")
-	boot.info.Boots[len(boot.info.Boots)-1].End = state.EndHealthDeadline
-	boot.info.Boots[len(boot.info.Boots)-1].Message = "not found healthy within 1m0s"
+	boot.lastRecord(func(r *state.BootRecord) { r.End, r.Message = state.EndHealthDeadline, "not found healthy within 1m0s" })
 	boot.boot("boot-4", "B", false, "")
 	s.start(t)
 	f.waitFor(t, "u1", "the failed trial reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
@@ -259,10 +276,10 @@ func TestUpgradeFlow(t *testing.T) {
 			m.Status.Upgrade.FailedReleases[0].Reason == v1alpha1.ReasonHealthDeadline && condTrue(m, v1alpha1.MachineUpgradeFailed) &&
 			m.Status.Release.Slot == "B" && m.Status.Reboot.State == v1alpha1.RebootNone
 	})
-	reboots := len(boot.reboots)
+	reboots := boot.rebootCount()
 	approve(f, "u1") // an approval does not bring a failed release back
 	time.Sleep(2 * time.Second)
-	if len(boot.reboots) != reboots {
+	if boot.rebootCount() != reboots {
 		t.Fatal("a failed release was tried again without spec.retryFailedDigest")
 	}
 
@@ -287,11 +304,11 @@ func TestUpgradeFlow(t *testing.T) {
 	// The retry fails too: the release is not tried again, whatever is approved, until the
 	// Machine changes.
 	approve(f, "u1")
-	waitCount(t, "the retry's reboot", func() bool { return len(boot.reboots) == reboots+1 })
+	waitCount(t, "the retry's reboot", func() bool { return boot.rebootCount() == reboots+1 })
 	s.stop()
 	boot.boot("boot-5", "A", true, "")
 	boot.boot("boot-6", "B", false, "")
-	boot.info.Boots[len(boot.info.Boots)-1].WatchdogReset = true
+	boot.lastRecord(func(r *state.BootRecord) { r.WatchdogReset = true })
 	s.start(t)
 	f.waitFor(t, "u1", "the failed retry reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		f := m.Status.Upgrade.FailedReleases
@@ -299,7 +316,7 @@ func TestUpgradeFlow(t *testing.T) {
 	})
 	approve(f, "u1")
 	time.Sleep(2 * time.Second)
-	if len(boot.reboots) != reboots+1 {
+	if boot.rebootCount() != reboots+1 {
 		t.Fatal("a release whose retry failed was tried again")
 	}
 	events, _ := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=u1"})
