@@ -34,6 +34,7 @@ type bootControl struct {
 	bootID        string
 	bootTime      time.Time
 	boots         state.BootLog
+	recordMu      sync.Mutex // the boot log is read, changed and replaced
 
 	committed     bool
 	committedCh   chan struct{}
@@ -88,6 +89,8 @@ func (b *bootControl) withESP(fn func(bootloader.ESP) error) error {
 
 // record updates this boot's entry in the boot log; failures are printed, never fatal.
 func (b *bootControl) record(change func(*state.BootRecord)) {
+	b.recordMu.Lock()
+	defer b.recordMu.Unlock()
 	if err := b.boots.Update(b.bootID, change); err != nil {
 		fmt.Fprintf(b.log, "liken-init: boot log: %v\n", err)
 	}
