@@ -114,7 +114,8 @@ func BenchmarkAgentIdle(b *testing.B) {
 	cmd := exec.Command(bin, "--machine", name, "--kubeconfig", kc, "--state-dir", filepath.Join(s.dir, "state"),
 		"--init-socket", filepath.Join(s.dir, "init.sock"), "--join", "https://s1:6443", "--metrics-addr", metricsAddr,
 		"--sysctl-root", s.sysctl.Root, "--k3s-config", s.paths.Config, "--k3s-registries", s.paths.Registries,
-		"--k3s-registry-files", s.paths.RegistryFiles, "--k3s-token-file", s.paths.TokenFile, "--k3s-data-dir", s.paths.DataDir)
+		"--k3s-registry-files", s.paths.RegistryFiles, "--k3s-token-file", s.paths.TokenFile, "--k3s-data-dir", s.paths.DataDir,
+		"--k3s-healthz", s.healthz)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

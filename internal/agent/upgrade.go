@@ -151,6 +151,11 @@ func (a *Agent) loadBoot(ctx context.Context) error {
 		return nil
 	}
 	bi, err := a.cfg.Boot.BootInfo(ctx)
+	if errors.Is(err, supervisor.ErrNoBootControl) {
+		a.log.Warn("init has no boot loader control: releases, trials and reboots are not managed on this host")
+		a.cfg.Boot = nil
+		return nil
+	}
 	if err != nil {
 		return err
 	}

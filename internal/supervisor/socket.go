@@ -171,6 +171,10 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 	return nil
 }
 
+// ErrNoBootControl: the supervisor answering has no boot loader to control (it is not
+// liken's init, as in tests of the agent on a host).
+var ErrNoBootControl = errors.New("this supervisor has no boot loader control")
+
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(v); err != nil {
 		http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
@@ -262,6 +266,9 @@ func (c Client) call(ctx context.Context, method, path string, in, out any, doin
 		return fmt.Errorf("%s: %w", doing, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotImplemented {
+		return fmt.Errorf("%s: %w", doing, ErrNoBootControl)
+	}
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("%s: %s: %s", doing, resp.Status, bytes.TrimSpace(b))
