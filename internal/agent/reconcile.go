@@ -186,7 +186,7 @@ func (a *Agent) observe() (*v1alpha1.Machine, *v1alpha1.Cluster, *corev1.Node, e
 }
 
 func (a *Agent) applySysctls(desired change.Spec, out *outcome) {
-	want := sysctl.Merge(stringMap(desired.Cluster.Sysctls), stringMap(desired.Machine.Sysctls))
+	want := sysctl.Merge(desired.Cluster.Sysctls, desired.Machine.Sysctls)
 	res := a.cfg.Sysctl.Apply(want, a.st.SysctlOriginals)
 	for k, err := range res.Failed {
 		out.failures["sysctl "+k] = err.Error()

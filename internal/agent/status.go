@@ -89,7 +89,12 @@ func rebootState(m *v1alpha1.Machine, clusterPolicy v1alpha1.RebootPolicy, pendi
 	if policy == v1alpha1.RebootManual && !approved {
 		return v1alpha1.RebootWaitingForApproval, fmt.Sprintf("%s need a reboot; approve pending set %s with liken approve-reboot", strings.Join(reboot, ", "), hash)
 	}
-	return v1alpha1.RebootWaitingForTurn, fmt.Sprintf("%s need a reboot; waiting for a disruption-budget turn", strings.Join(reboot, ", "))
+	if !approved {
+		// Named as what it is: nothing grants turns yet, so an Auto machine waits until approved.
+		return v1alpha1.RebootWaitingForTurn, fmt.Sprintf("%s need a reboot; rebootPolicy is Auto, but reboot coordination (disruption-budget turns) is not built yet: approve pending set %s to reboot now",
+			strings.Join(reboot, ", "), hash)
+	}
+	return v1alpha1.RebootWaitingForTurn, fmt.Sprintf("%s need a reboot; approved, rebooting", strings.Join(reboot, ", "))
 }
 
 // condInput is what the conditions are computed from.

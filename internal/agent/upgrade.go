@@ -7,13 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -483,7 +480,7 @@ func (a *Agent) checkSlot(ctx context.Context, j *slotJob, rec bootloader.SlotRe
 	if err != nil {
 		return err
 	}
-	got, err := hashRegion(ctx, target, rec.Size, func(n int64) {
+	got, err := target.Hash(ctx, rec.Size, func(n int64) {
 		j.mu.Lock()
 		j.done, j.total = n, rec.Size
 		j.mu.Unlock()
@@ -507,37 +504,6 @@ type corruptSlot struct{ slot, version, want, got string }
 func (e *corruptSlot) Error() string {
 	return fmt.Sprintf("slot %s does not hold release %s any more: its bytes hash to sha256:%s, the release says sha256:%s; it will be written again",
 		e.slot, e.version, e.got, e.want)
-}
-
-// hashRegion hashes the first size bytes of a slot, dropping cached pages first so the
-// bytes come from the disk.
-func hashRegion(ctx context.Context, t release.PartitionTarget, size int64, progress func(int64)) (string, error) {
-	f, err := os.Open(t.Path)
-	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", t.Path, err)
-	}
-	defer f.Close()
-	_ = unix.Fadvise(int(f.Fd()), t.Offset, size, unix.FADV_DONTNEED)
-	h := sha256.New()
-	r := io.NewSectionReader(f, t.Offset, size)
-	buf := make([]byte, 1<<20)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		k, err := r.Read(buf)
-		h.Write(buf[:k])
-		n += int64(k)
-		progress(n)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return "", fmt.Errorf("reading %s: %w", t.Path, err)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // finishJob takes a finished job's outcome: a verified slot, or an error to report and

@@ -75,7 +75,7 @@ func (s *system) useStaged() {
 	fmt.Fprintln(s.log, "liken-init: network and kernel modules from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
 	if a := st.Applied; a != nil {
-		want := sysctl.Merge(stringMap(a.Cluster.Sysctls), stringMap(a.Machine.Sysctls))
+		want := sysctl.Merge(a.Cluster.Sysctls, a.Machine.Sysctls)
 		originals := map[string]string{}
 		for k, v := range st.SysctlOriginals {
 			originals[k] = v
@@ -85,12 +85,4 @@ func (s *system) useStaged() {
 			fmt.Fprintf(s.log, "liken-init: sysctl %s: %v\n", k, err)
 		}
 	}
-}
-
-func stringMap[V ~string](m map[string]V) map[string]string {
-	out := map[string]string{}
-	for k, v := range m {
-		out[k] = string(v)
-	}
-	return out
 }

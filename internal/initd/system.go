@@ -338,7 +338,7 @@ func (s *system) run() error {
 	console := os.Stdout
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
-		Env:    k3sEnv(),
+		Env:    k3sEnv(s.cmd),
 		Stdout: console, Stderr: console}, nil)
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
@@ -437,11 +437,11 @@ func (s *system) run() error {
 
 // k3sEnv is k3s's environment; never INVOCATION_ID, which would make k3s pick the systemd
 // cgroup driver.
-func k3sEnv() []string {
+func k3sEnv(cmd initramfs.Cmdline) []string {
 	env := []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"}
 	if standIn() {
 		env = append(env, "LIKEN_STANDIN_KUBECONFIG="+standInKubeconfig)
-		if f := readCmdline()["liken.test.k3s-fault"]; f != "" {
+		if f := cmd["liken.test.k3s-fault"]; f != "" {
 			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready
 		}
 	}
@@ -468,11 +468,6 @@ func reap() {
 			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
-}
-
-func readCmdline() initramfs.Cmdline {
-	b, _ := os.ReadFile("/proc/cmdline")
-	return initramfs.ParseCmdline(string(b))
 }
 
 func readTrim(p string) string {

@@ -80,20 +80,34 @@ func publishedRelease(t *testing.T) (channel, pin string) {
 	return channel, pin
 }
 
-// espEnv reads or writes the GRUB environment block on the disk's ESP with mtools.
-func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
+// espImage names the disk's ESP for mtools (an image file at an offset).
+func espImage(t *testing.T, diskPath string) string {
 	t.Helper()
 	parts, err := disk.Read(diskPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := diskPath + "@@" + strconv.FormatInt(parts[disk.ESP].Offset, 10)
-	tmp := filepath.Join(t.TempDir(), "grubenv")
-	if out, err := exec.Command("mcopy", "-n", "-i", img, "::"+bootloader.EnvFile, tmp).CombinedOutput(); err != nil {
+	return diskPath + "@@" + strconv.FormatInt(parts[disk.ESP].Offset, 10)
+}
+
+// espFile reads a file from the disk's ESP with mtools.
+func espFile(t *testing.T, diskPath, name string) []byte {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), filepath.Base(name))
+	if out, err := exec.Command("mcopy", "-n", "-i", espImage(t, diskPath), "::"+name, tmp).CombinedOutput(); err != nil {
 		t.Fatalf("mcopy: %v %s", err, out)
 	}
-	b, _ := os.ReadFile(tmp)
-	env, err := bootloader.ParseEnv(b)
+	b, err := os.ReadFile(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// espEnv reads or writes the GRUB environment block on the disk's ESP with mtools.
+func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
+	t.Helper()
+	env, err := bootloader.ParseEnv(espFile(t, diskPath, bootloader.EnvFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +121,9 @@ func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tmp := filepath.Join(t.TempDir(), "grubenv")
 	os.WriteFile(tmp, nb, 0o644)
-	if out, err := exec.Command("mcopy", "-o", "-i", img, tmp, "::"+bootloader.EnvFile).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mcopy", "-o", "-i", espImage(t, diskPath), tmp, "::"+bootloader.EnvFile).CombinedOutput(); err != nil {
 		t.Fatalf("mcopy: %v %s", err, out)
 	}
 	return env

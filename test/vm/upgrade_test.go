@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -101,21 +98,11 @@ func (j *joined) events(t *testing.T) map[string]int {
 	return out
 }
 
-// slotsOnDisk reads the slot records from the disk image's ESP (the machine is off).
+// slotsOnDisk reads the slot records from the disk image's ESP.
 func slotsOnDisk(t *testing.T, diskPath string) bootloader.Slots {
 	t.Helper()
-	parts, err := disk.Read(diskPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(t.TempDir(), "slots.json")
-	img := diskPath + "@@" + strconv.FormatInt(parts[disk.ESP].Offset, 10)
-	if out, err := exec.Command("mcopy", "-n", "-i", img, "::"+bootloader.SlotsFile, tmp).CombinedOutput(); err != nil {
-		t.Fatalf("mcopy: %v %s", err, out)
-	}
-	b, _ := os.ReadFile(tmp)
 	var s bootloader.Slots
-	if err := json.Unmarshal(b, &s); err != nil {
+	if err := json.Unmarshal(espFile(t, diskPath, bootloader.SlotsFile), &s); err != nil {
 		t.Fatal(err)
 	}
 	return s

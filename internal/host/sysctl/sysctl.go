@@ -133,13 +133,13 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // Merge returns the effective sysctls: cluster-wide, then the machine's own on top.
-func Merge(cluster, machine map[string]string) map[string]string {
+func Merge[V ~string](cluster, machine map[string]V) map[string]string {
 	out := map[string]string{}
 	for k, v := range cluster {
-		out[k] = v
+		out[k] = string(v)
 	}
 	for k, v := range machine {
-		out[k] = v
+		out[k] = string(v)
 	}
 	return out
 }
