@@ -21,14 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/event"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
@@ -81,16 +80,20 @@ type Config struct {
 	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// LastWords bounds how long the agent waits for what it says before going down (its
+	// status and Events, before a reboot or when stopped) to reach the API server; what has
+	// not by then is kept and said after the next start. Zero means 15 seconds.
+	LastWords time.Duration
 }
 
 // Agent is a running machine agent.
 type Agent struct {
-	cfg      Config
-	liken    *kube.Client
-	kube     kubernetes.Interface
-	recorder record.EventRecorder
-	queue    workqueue.TypedRateLimitingInterface[string]
-	log      *slog.Logger
+	cfg    Config
+	liken  *kube.Client
+	kube   kubernetes.Interface
+	events *event.Recorder
+	queue  workqueue.TypedRateLimitingInterface[string]
+	log    *slog.Logger
 
 	machines, clusters, nodes cache.Store
 
@@ -135,6 +138,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	if cfg.LastWords == 0 {
+		cfg.LastWords = 15 * time.Second
+	}
 	cfg.REST = rest.CopyConfig(cfg.REST)
 	cfg.REST.Wrap(cfg.Metrics.countRequests)
 	lc, err := kube.NewClient(cfg.REST)
@@ -156,6 +162,11 @@ func New(cfg Config) (*Agent, error) {
 		log:      cfg.Log.With("machine", cfg.Machine),
 		st:       st,
 		verified: map[string]string{},
+		events: event.New(event.Config{
+			Events: kc.CoreV1().Events(authority.EventNamespace), Namespace: authority.EventNamespace,
+			Scheme: kube.Scheme, Source: corev1.EventSource{Component: "liken-agent", Host: cfg.Machine},
+			Log: cfg.Log.With("machine", cfg.Machine), Now: cfg.Now,
+		}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "agent"}),
@@ -166,10 +177,12 @@ func New(cfg Config) (*Agent, error) {
 // Run watches and reconciles until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.queue.ShutDown()
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.kube.CoreV1().Events(authority.EventNamespace)})
-	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: "liken-agent", Host: a.cfg.Machine})
+	// The Event sender outlives ctx by the flush in stop, so what the agent said before it
+	// was asked to stop still reaches the API server.
+	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSending()
+	go a.events.Run(sendCtx)
+	a.resendUnsent(sendCtx)
 
 	enqueue := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.queue.Add(keyReconcile) },
@@ -212,7 +225,64 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	go wait.UntilWithContext(ctx, a.worker, time.Second)
 	<-ctx.Done()
+	a.stop()
 	return nil
+}
+
+// stop is the agent's goodbye when it is asked to end (init stops it before k3s at every
+// shutdown): it waits, at most LastWords, for its Events to reach the API server and keeps
+// those that did not for the next start.
+func (a *Agent) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.LastWords)
+	defer cancel()
+	unsent := a.events.Flush(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.keepUnsent(unsent)
+}
+
+// keepUnsent records in the state file the Events that could not be sent before the agent
+// goes down; the next start sends them (resendUnsent). Called with a.mu held.
+func (a *Agent) keepUnsent(unsent []event.Event) {
+	if len(unsent) == 0 && len(a.st.UnsentEvents) == 0 {
+		return
+	}
+	if len(unsent) > 0 {
+		reasons := make([]string, len(unsent))
+		for i, e := range unsent {
+			reasons[i] = e.Reason
+		}
+		a.log.Warn("the API server did not take these Events in time; they are kept and sent after the next start", "reasons", reasons)
+	}
+	a.st.UnsentEvents = unsent
+	if err := a.cfg.State.Save(a.st); err != nil {
+		a.log.Error("keeping unsent Events", "err", err)
+	}
+}
+
+// resendUnsent queues the Events the last run could not send, ahead of anything new, and
+// forgets them once they are sent. They keep their names, so one that did get through
+// before is not sent twice.
+func (a *Agent) resendUnsent(ctx context.Context) {
+	a.mu.Lock()
+	unsent := a.st.UnsentEvents
+	a.mu.Unlock()
+	if len(unsent) == 0 {
+		return
+	}
+	a.log.Info("sending Events kept from before the last stop", "count", len(unsent))
+	a.events.Resend(unsent, "said before the machine last went down; the API server could not be reached then")
+	go func() {
+		if a.events.Flush(ctx) != nil {
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.st.UnsentEvents = nil
+		if err := a.cfg.State.Save(a.st); err != nil {
+			a.log.Error("forgetting the Events sent late", "err", err)
+		}
+	}()
 }
 
 // applyPersisted re-asserts the live host settings recorded in the state file.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -60,6 +61,10 @@ type sim struct {
 	// bootCtl and slotDevice, when set, stand for init's boot control and the slots.
 	bootCtl    Boot
 	slotDevice SlotDevice
+	// wrap, when set, wraps the agent's transport to the API server (to cut it); lastWords
+	// is the agent's LastWords (zero: its default).
+	wrap      func(http.RoundTripper) http.RoundTripper
+	lastWords time.Duration
 }
 
 func newSim(t testing.TB, name string, role v1alpha1.Role) *sim {
@@ -123,12 +128,15 @@ func (s *sim) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	s.metrics = NewMetrics()
+	if s.wrap != nil {
+		cfg.Wrap(s.wrap)
+	}
 	a, err := New(Config{
 		Machine: s.name, REST: cfg, State: state.Store{Dir: filepath.Join(s.dir, "state")},
 		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443",
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
-		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz,
+		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,
 	})
 	if err != nil {
 		t.Fatal(err)

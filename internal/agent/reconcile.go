@@ -154,9 +154,7 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 		}
 	}
 	a.log.Info("trial committed: this slot is now the default", "slot", bi.Slot, "version", rec.Version)
-	if a.recorder != nil {
-		a.recorder.Eventf(m, corev1.EventTypeNormal, v1alpha1.ReasonCommitted, "the trial boot of slot %s (release %s, kernel arguments %q) is healthy: it is the default now", bi.Slot, rec.Version, bi.KernelArgs)
-	}
+	a.events.Eventf(m, corev1.EventTypeNormal, v1alpha1.ReasonCommitted, "the trial boot of slot %s (release %s, kernel arguments %q) is healthy: it is the default now", bi.Slot, rec.Version, bi.KernelArgs)
 	// The view was computed before the commit.
 	out.view = a.upgrade(ctx, m, c, out)
 	return nil
@@ -349,6 +347,11 @@ func (a *Agent) restartK3s(ctx context.Context) error {
 	if a.cfg.Restarter == nil {
 		return errors.New("k3s files changed but this agent has no supervisor to restart k3s")
 	}
+	// On a server the API server goes down with k3s: let what was said reach it first. What
+	// has not after LastWords stays queued and is sent once k3s is back.
+	flushCtx, cancel := context.WithTimeout(ctx, a.cfg.LastWords)
+	a.events.Flush(flushCtx)
+	cancel()
 	if err := a.cfg.Restarter.RestartK3s(ctx); err != nil {
 		return fmt.Errorf("restarting k3s: %w", err)
 	}
@@ -358,8 +361,8 @@ func (a *Agent) restartK3s(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("k3s restarted in place")
-	if m, _, _, err := a.observe(); err == nil && m != nil && a.recorder != nil {
-		a.recorder.Event(m, corev1.EventTypeNormal, "RestartedK3s", "k3s restarted in place to apply its new configuration; pods kept running")
+	if m, _, _, err := a.observe(); err == nil && m != nil {
+		a.events.Event(m, corev1.EventTypeNormal, "RestartedK3s", "k3s restarted in place to apply its new configuration; pods kept running")
 	}
 	a.queue.Add(keyReconcile)
 	return nil
@@ -425,27 +428,23 @@ func nodeReady(n *corev1.Node) bool {
 func (a *Agent) record(m *v1alpha1.Machine, out *outcome) {
 	for _, ch := range out.applied {
 		a.cfg.Metrics.ChangesApplied.WithLabelValues(string(ch.Class)).Inc()
-		if a.recorder != nil {
-			how := "applied live"
-			if ch.Class == v1alpha1.RestartK3s {
-				how = "applied by restarting k3s in place where its files changed"
-			}
-			a.recorder.Eventf(m, corev1.EventTypeNormal, "Applied", "%s %s", ch.Field, how)
+		how := "applied live"
+		if ch.Class == v1alpha1.RestartK3s {
+			how = "applied by restarting k3s in place where its files changed"
 		}
+		a.events.Eventf(m, corev1.EventTypeNormal, "Applied", "%s %s", ch.Field, how)
 	}
 	for _, ch := range out.staged {
 		a.cfg.Metrics.ChangesStaged.WithLabelValues(string(ch.Class)).Inc()
-		if a.recorder != nil {
-			when := "staged for the next boot"
-			if ch.Class == v1alpha1.Reboot {
-				when = "staged; it needs a reboot of its own"
-			}
-			a.recorder.Eventf(m, corev1.EventTypeNormal, "Staged", "%s %s", ch.Field, when)
+		when := "staged for the next boot"
+		if ch.Class == v1alpha1.Reboot {
+			when = "staged; it needs a reboot of its own"
 		}
+		a.events.Eventf(m, corev1.EventTypeNormal, "Staged", "%s %s", ch.Field, when)
 	}
 	key := failureKey(out.failures)
-	if key != "" && key != a.lastFailureKey && a.recorder != nil {
-		a.recorder.Eventf(m, corev1.EventTypeWarning, "ApplyFailed", "could not apply: %s", key)
+	if key != "" && key != a.lastFailureKey {
+		a.events.Eventf(m, corev1.EventTypeWarning, "ApplyFailed", "could not apply: %s", key)
 	}
 	a.lastFailureKey = key
 }

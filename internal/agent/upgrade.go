@@ -199,9 +199,7 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	}
 	text := fmt.Sprintf("the trial of %s failed (%s: %s); the machine is back on slot %s", strings.Join(what, " and "), reason, msg, bi.Slot)
 	a.log.Warn(text)
-	if a.recorder != nil {
-		a.recorder.Event(m, corev1.EventTypeWarning, "TrialFailed", text)
-	}
+	a.events.Event(m, corev1.EventTypeWarning, "TrialFailed", text)
 	return nil
 }
 
@@ -442,13 +440,11 @@ func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1
 	if err := a.cfg.Boot.SetSlot(ctx, j.slot, bootloader.SlotRecord{State: bootloader.SlotWriting, Version: j.version, Digest: j.digest, At: now}); err != nil {
 		return err
 	}
-	if prev.State == bootloader.SlotWriting && a.recorder != nil {
-		a.recorder.Eventf(m, corev1.EventTypeWarning, "SlotWriteInterrupted", "the last write of release %s into slot %s never finished (power lost or the machine reset): writing it again", prev.Version, j.slot)
+	if prev.State == bootloader.SlotWriting {
+		a.events.Eventf(m, corev1.EventTypeWarning, "SlotWriteInterrupted", "the last write of release %s into slot %s never finished (power lost or the machine reset): writing it again", prev.Version, j.slot)
 	}
 	a.log.Info("writing a release into the inactive slot", "slot", j.slot, "version", j.version, "bytes", file.Size)
-	if a.recorder != nil {
-		a.recorder.Eventf(m, corev1.EventTypeNormal, "WritingSlot", "writing release %s (%d bytes) into slot %s", j.version, file.Size, j.slot)
-	}
+	a.events.Eventf(m, corev1.EventTypeNormal, "WritingSlot", "writing release %s (%d bytes) into slot %s", j.version, file.Size, j.slot)
 	j.mu.Lock()
 	j.total = file.Size
 	j.mu.Unlock()
@@ -524,8 +520,8 @@ func (a *Agent) finishJob(ctx context.Context) error {
 	m, _, _, _ := a.observe()
 	if err == nil {
 		a.verified[j.slot] = j.digest
-		if m != nil && a.recorder != nil {
-			a.recorder.Eventf(m, corev1.EventTypeNormal, "SlotReady", "slot %s holds release %s, verified", j.slot, j.version)
+		if m != nil {
+			a.events.Eventf(m, corev1.EventTypeNormal, "SlotReady", "slot %s holds release %s, verified", j.slot, j.version)
 		}
 		a.jobLastErr = ""
 		a.queue.Add(keyReconcile)
@@ -543,7 +539,7 @@ func (a *Agent) finishJob(ctx context.Context) error {
 	}
 	a.jobLastErr = err.Error()
 	a.log.Error("slot job failed", "slot", j.slot, "version", j.version, "err", err)
-	if m != nil && a.recorder != nil {
+	if m != nil {
 		reason := "SlotWriteFailed"
 		var mm *apirelease.MismatchError
 		if errors.As(err, &mm) {
@@ -552,7 +548,7 @@ func (a *Agent) finishJob(ctx context.Context) error {
 		if corrupt != nil {
 			reason = "SlotCorrupt"
 		}
-		a.recorder.Event(m, corev1.EventTypeWarning, reason, err.Error())
+		a.events.Event(m, corev1.EventTypeWarning, reason, err.Error())
 	}
 	return nil
 }
@@ -614,27 +610,13 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		return false, err
 	}
 	a.log.Info("rebooting", "why", why, "trialSlot", req.TrialSlot, "trialArgs", req.TrialArgs)
-	if a.recorder != nil {
-		msg := "rebooting: " + why
-		if req.TrialSlot != "" {
-			msg += fmt.Sprintf("; the next boot tries slot %s once", req.TrialSlot)
-		}
-		a.recorder.Event(m, corev1.EventTypeNormal, "Rebooting", msg)
+	msg := "rebooting: " + why
+	if req.TrialSlot != "" {
+		msg += fmt.Sprintf("; the next boot tries slot %s once", req.TrialSlot)
 	}
+	a.events.Event(m, corev1.EventTypeNormal, "Rebooting", msg)
 	a.rebooting, out.rebooting = true, true
-	// Say so in status before the machine goes down, even when the Machine just changed.
-	for try := 0; ; try++ {
-		err := a.writeStatus(ctx, m, out)
-		if err == nil {
-			break
-		}
-		fresh, gerr := a.liken.Machine(ctx, a.cfg.Machine)
-		if !apierrors.IsConflict(err) || gerr != nil || try == 2 {
-			a.log.Warn("writing status before the reboot", "err", err)
-			break
-		}
-		m = fresh
-	}
+	a.sayLastWords(ctx, m, out)
 	if err := a.cfg.Boot.Reboot(ctx, req); err != nil {
 		a.st.Attempt = nil
 		a.rebooting = false
@@ -642,6 +624,30 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		return false, err
 	}
 	return true, nil
+}
+
+// sayLastWords makes sure what the machine says before it goes down (its status, which
+// says Rebooting, and every Event recorded so far, the Rebooting one last) reaches the API
+// server before the reboot is asked for, waiting at most LastWords in all: an unreachable
+// API server never holds a reboot back. Events not sent by then are kept in the state
+// file and sent by the next boot's agent.
+func (a *Agent) sayLastWords(ctx context.Context, m *v1alpha1.Machine, out *outcome) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.LastWords)
+	defer cancel()
+	for try := 0; ; try++ {
+		err := a.writeStatus(ctx, m, out)
+		if err == nil {
+			break
+		}
+		// Say so in status even when the Machine just changed.
+		fresh, gerr := a.liken.Machine(ctx, a.cfg.Machine)
+		if !apierrors.IsConflict(err) || gerr != nil || try == 2 {
+			a.log.Warn("writing status before the reboot; the next boot writes it again", "err", err)
+			break
+		}
+		m = fresh
+	}
+	a.keepUnsent(a.events.Flush(ctx))
 }
 
 // approved reports whether an operator approved exactly this pending set and the approval

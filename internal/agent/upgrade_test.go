@@ -35,6 +35,9 @@ type fakeBoot struct {
 	mu      sync.Mutex
 	info    supervisor.BootInfo
 	reboots []supervisor.RebootRequest
+	// onReboot, when set, runs as a reboot request arrives, before it is taken: what the
+	// machine said by then is all an operator will ever see from this boot.
+	onReboot func(supervisor.RebootRequest)
 }
 
 func (b *fakeBoot) BootInfo(context.Context) (*supervisor.BootInfo, error) {
@@ -60,6 +63,9 @@ func (b *fakeBoot) SetSlot(_ context.Context, slot string, r bootloader.SlotReco
 }
 
 func (b *fakeBoot) Reboot(_ context.Context, r supervisor.RebootRequest) error {
+	if b.onReboot != nil {
+		b.onReboot(r)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.info.Trial && !b.info.Committed {

@@ -375,9 +375,13 @@ func (s *system) run() error {
 		s.injectTrialFault() // VM tests only: liken.test.fail=...
 	}
 	go server.Serve(ctx, supervisor.DefaultSocket)
-	done := make(chan struct{}, 2)
-	go func() { k3sProc.Run(ctx); done <- struct{}{} }()
-	go func() { agentProc.Run(ctx); done <- struct{}{} }()
+	// The agent is stopped before k3s: on a server the API server it reports to is k3s, and
+	// its last words (status, Events) need it.
+	k3sCtx, stopK3s := context.WithCancel(ctx)
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	k3sDone, agentDone := make(chan struct{}), make(chan struct{})
+	go func() { k3sProc.Run(k3sCtx); close(k3sDone) }()
+	go func() { agentProc.Run(agentCtx); close(agentDone) }()
 	for k3sProc.PID() == 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -419,10 +423,12 @@ func (s *system) run() error {
 			r.End = end
 		}
 	})
-	fmt.Fprintln(s.log, "liken-init: shutting down: stopping the agent and k3s")
+	fmt.Fprintln(s.log, "liken-init: shutting down: stopping the agent, then k3s")
+	stopAgent()
+	<-agentDone
+	stopK3s()
+	<-k3sDone
 	cancel()
-	<-done
-	<-done
 	unix.Sync()
 	// Unmount the state partition so the next boot finds it clean.
 	unix.Unmount("/etc/rancher", 0)

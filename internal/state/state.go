@@ -16,6 +16,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/change"
+	"liken.dev/liken/internal/event"
 )
 
 // Version is the schema version of the state file.
@@ -68,6 +69,9 @@ type State struct {
 	// whose spec.retryFailedDigest was used for a trial: a failed release is tried again once
 	// per change of the Machine, and approving a reboot is not such a change.
 	RetryUsedBy string `json:"retryUsedBy,omitempty"`
+	// UnsentEvents are Events the agent recorded but could not send before it last went
+	// down (the API server was away); the next start sends them.
+	UnsentEvents []event.Event `json:"unsentEvents,omitempty"`
 }
 
 // Attempt is a trial boot the agent armed: a release in a slot, kernel arguments, or both.

@@ -196,7 +196,7 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 		t.Fatalf("the machine never became Ready in the API (node after %s, machine after %s); status %+v", nodeReady, machineReady, m.Status)
 	}
 	m, _ := lc.Machine(t.Context(), "vm-1")
-	if m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Hardware.CPU.Threads != 2 {
+	if m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Hardware.CPU.Threads != int32(DefaultSpeed().CPUs) {
 		t.Errorf("hardware reported from inside the VM: %+v", m.Status.Hardware)
 	}
 	n, _ := admin.CoreV1().Nodes().Get(t.Context(), "vm-1", metav1.GetOptions{})

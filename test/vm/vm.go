@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,54 @@ type Options struct {
 	// NICs are the MAC addresses of virtio network cards on QEMU's user network (where the
 	// host is 10.0.2.2); none means no network card.
 	NICs []string
+	// Speed is how fast the emulated machine runs; the zero value is the tier's default
+	// (DefaultSpeed).
+	Speed Speed
+}
+
+// Speed is how fast an emulated machine runs, relative to the host and to the test's own
+// servers. A timing assumption (an Event sent "soon enough", a goroutine that "surely" runs
+// first) holds at one speed and fails at another, so the tier runs at a speed set from the
+// environment, and one scenario always at another one (OtherSpeed).
+type Speed struct {
+	// CPUs is the number of vCPUs (QEMU -smp). With TCG each vCPU is a host thread, so
+	// one vCPU is the slower machine where goroutines take turns.
+	CPUs int
+	// Icount, when set, is QEMU's -icount argument: the vCPU runs a fixed number of
+	// instructions per virtual nanosecond ("shift=N") on one host thread, so the machine's
+	// clock, not the host's, decides how much it gets done in a second; "shift=auto"
+	// keeps it near real time.
+	Icount string
+}
+
+func (s Speed) String() string {
+	out := fmt.Sprintf("%d vCPU", s.CPUs)
+	if s.Icount != "" {
+		out += ", -icount " + s.Icount
+	}
+	return out
+}
+
+// DefaultSpeed is the speed of every machine the tier boots: 2 vCPUs, unless
+// LIKEN_VM_CPUS or LIKEN_VM_ICOUNT say otherwise (for example LIKEN_VM_CPUS=1
+// LIKEN_VM_ICOUNT=shift=auto for a slower machine).
+func DefaultSpeed() Speed {
+	s := Speed{CPUs: 2, Icount: os.Getenv("LIKEN_VM_ICOUNT")}
+	if n, err := strconv.Atoi(os.Getenv("LIKEN_VM_CPUS")); err == nil && n > 0 {
+		s.CPUs = n
+	}
+	return s
+}
+
+// OtherSpeed differs from DefaultSpeed: one vCPU when the default has more, two otherwise.
+func OtherSpeed() Speed {
+	s := DefaultSpeed()
+	if s.CPUs > 1 {
+		s.CPUs = 1
+	} else {
+		s.CPUs = 2
+	}
+	return s
 }
 
 // Disk is a disk image.
@@ -63,11 +112,17 @@ func Boot(opts Options) (*VM, error) {
 	if opts.MemoryMiB == 0 {
 		opts.MemoryMiB = 1024
 	}
+	if opts.Speed.CPUs == 0 {
+		opts.Speed = DefaultSpeed()
+	}
 	args := []string{
-		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", fmt.Sprint(opts.MemoryMiB),
+		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", fmt.Sprint(opts.Speed.CPUs), "-m", fmt.Sprint(opts.MemoryMiB),
 		"-display", "none", "-serial", "stdio", "-monitor", "none",
 		// A watchdog as real hardware has; QEMU resets the machine when it fires.
 		"-device", "i6300esb", "-action", "watchdog=reset",
+	}
+	if opts.Speed.Icount != "" {
+		args = append(args, "-icount", opts.Speed.Icount)
 	}
 	if !opts.AllowReboot {
 		args = append(args, "-no-reboot")

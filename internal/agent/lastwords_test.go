@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
+)
+
+// cutter stands between the agent and the API server. It holds every Event for delay (a
+// slow API server: an Event in flight when the machine goes down is lost unless the agent
+// waits for it), and, when marker is set, cuts the agent off from the moment it first tries
+// to send an Event whose body holds marker: the network failing just as the machine says
+// goodbye.
+type cutter struct {
+	delay  time.Duration
+	marker []byte
+	cut    atomic.Bool
+	when   atomic.Pointer[time.Time]
+}
+
+func (c *cutter) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		isEvent := strings.HasSuffix(r.URL.Path, "/events") || strings.Contains(r.URL.Path, "/events/")
+		if isEvent && c.delay > 0 {
+			time.Sleep(c.delay)
+		}
+		if !c.cut.Load() && c.marker != nil && r.Method == http.MethodPost && isEvent && r.Body != nil {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, err
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, c.marker) {
+				now := time.Now()
+				c.when.Store(&now)
+				c.cut.Store(true)
+			}
+		}
+		if c.cut.Load() {
+			return nil, errors.New("connection refused (cut by the test)")
+		}
+		return next.RoundTrip(r)
+	})
+}
+
+// TestLastWordsBeforeReboot: the Rebooting Event and the status that says Rebooting are in
+// the API server before the reboot request reaches init; when the API server cannot be
+// reached at that moment, the reboot still goes ahead within LastWords, and the next start
+// sends what could not be said, marked as late.
+func TestLastWordsBeforeReboot(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"w1": v1alpha1.RoleAgent})
+	c, err := f.liken.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: string(c.Spec.Version), Digest: string(c.Spec.Releases[string(c.Spec.Version)])}}}}
+	boot.boot("boot-1", "A", false, "")
+
+	// What init would find in the API server as each reboot request reaches it.
+	type seen struct {
+		rebootingEvents int
+		state           v1alpha1.RebootState
+		at              time.Time
+	}
+	var mu sync.Mutex
+	var atReboot []seen
+	boot.onReboot = func(supervisor.RebootRequest) {
+		ctx := context.Background()
+		s := seen{rebootingEvents: rebootingEvents(t, f, "w1", ""), at: time.Now()}
+		if m, err := f.liken.Machine(ctx, "w1"); err == nil {
+			s.state = m.Status.Reboot.State
+		}
+		mu.Lock()
+		atReboot = append(atReboot, s)
+		mu.Unlock()
+	}
+	w1 := newSim(t, "w1", v1alpha1.RoleAgent)
+	w1.bootCtl = boot
+	w1.wrap = (&cutter{delay: time.Second}).wrap
+	w1.boot(t, f)
+	w1.start(t)
+	settled := func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Release.Slot == "A" && m.Status.Reboot.State == v1alpha1.RebootNone
+	}
+	f.waitFor(t, "w1", "running slot A", settled)
+
+	requested := time.Now().Truncate(time.Second)
+	request := func(at time.Time) {
+		f.editMachine("w1", func(m *v1alpha1.Machine) {
+			m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: metav1.NewTime(at), RequestedBy: "test"}}
+		})
+	}
+	request(requested)
+	waitCount(t, "the first reboot request", func() bool { return boot.rebootCount() == 1 })
+	mu.Lock()
+	first := atReboot[0]
+	mu.Unlock()
+	if first.rebootingEvents != 1 || first.state != v1alpha1.RebootRebooting {
+		t.Fatalf("when the reboot request reached init the API server had %d Rebooting Events and status.reboot.state %q; want 1 and Rebooting",
+			first.rebootingEvents, first.state)
+	}
+
+	// The next boot loses the API server just as it says it is rebooting.
+	w1.stop()
+	boot.boot("boot-2", "A", false, "")
+	cut := &cutter{marker: []byte("Rebooting")}
+	w1.wrap, w1.lastWords = cut.wrap, 2*time.Second
+	w1.start(t)
+	f.waitFor(t, "w1", "back on slot A", settled)
+	request(requested.Add(5 * time.Second))
+	waitCount(t, "the reboot request with the API server cut off", func() bool { return boot.rebootCount() == 2 })
+	mu.Lock()
+	second := atReboot[1]
+	mu.Unlock()
+	if !cut.cut.Load() {
+		t.Fatal("the agent never tried to send its Rebooting Event")
+	}
+	if waited := second.at.Sub(*cut.when.Load()); waited > w1.lastWords+5*time.Second {
+		t.Errorf("the reboot waited %s for an unreachable API server; LastWords is %s", waited, w1.lastWords)
+	}
+	if second.rebootingEvents != 1 {
+		t.Errorf("%d Rebooting Events in the API server; the second could not have reached it", second.rebootingEvents)
+	}
+	st, err := state.Store{Dir: filepath.Join(w1.dir, "state")}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.UnsentEvents) == 0 || st.UnsentEvents[len(st.UnsentEvents)-1].Reason != "Rebooting" {
+		t.Fatalf("the state file keeps %+v; want the unsent Rebooting Event last", st.UnsentEvents)
+	}
+
+	// The boot after: the API server is back, and the kept Event is said, marked as late.
+	w1.stop()
+	boot.boot("boot-3", "A", false, "")
+	w1.wrap = nil
+	w1.start(t)
+	waitCount(t, "the kept Rebooting Event sent late", func() bool {
+		return rebootingEvents(t, f, "w1", "the API server could not be reached then") == 1
+	})
+	waitCount(t, "the state file forgets the Events once sent", func() bool {
+		st, err := state.Store{Dir: filepath.Join(w1.dir, "state")}.Load()
+		return err == nil && len(st.UnsentEvents) == 0
+	})
+	if n := rebootingEvents(t, f, "w1", ""); n != 2 {
+		t.Errorf("%d Rebooting Events after the late one was sent; want 2", n)
+	}
+	w1.stop()
+}
+
+// rebootingEvents counts the Rebooting Events about machine whose message holds substr.
+func rebootingEvents(t *testing.T, f *fixture, machine, substr string) int {
+	list, err := f.admin.CoreV1().Events(authority.EventNamespace).List(context.Background(),
+		metav1.ListOptions{FieldSelector: "involvedObject.name=" + machine + ",reason=Rebooting"})
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	n := 0
+	for _, e := range list.Items {
+		if strings.Contains(e.Message, substr) {
+			n += int(e.Count)
+		}
+	}
+	return n
+}
