@@ -2,69 +2,189 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/test/apiserver"
 )
+
+var env *apiserver.Env
+
+func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "cli", apiserver.Options{}, &env)) }
+
+var examples = filepath.Join("..", "..", "docs", "examples")
 
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runIn(t, "", args...)
+}
+
+// runIn runs liken with stdin as its standard input.
+func runIn(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code := Run(t.Context(), args, &out, &errb)
+	root := newRoot(&out, &errb)
+	root.SetIn(strings.NewReader(stdin))
+	code := execute(t.Context(), root, args, &errb)
 	return code, out.String(), errb.String()
 }
 
-func TestHelpListsEveryCommand(t *testing.T) {
+// commands walks the tree: every command a user can call, planned ones included.
+func commands(c *cobra.Command) []*cobra.Command {
+	var out []*cobra.Command
+	for _, sub := range c.Commands() {
+		if !sub.IsAvailableCommand() {
+			continue
+		}
+		out = append(out, sub)
+		out = append(out, commands(sub)...)
+	}
+	return out
+}
+
+func isPlanned(c *cobra.Command) bool { return strings.Contains(c.Short, "[not yet available") }
+
+func TestHelpForEveryCommand(t *testing.T) {
+	var o, e bytes.Buffer
+	for _, c := range commands(newRoot(&o, &e)) {
+		path := strings.Fields(c.CommandPath())[1:]
+		t.Run(strings.Join(path, " "), func(t *testing.T) {
+			code, out, errOut := run(t, append(path, "--help")...)
+			if code != exitOK || !strings.Contains(out, "Usage:") || errOut != "" {
+				t.Fatalf("--help: exit %d, stderr %q\n%s", code, errOut, out)
+			}
+			if strings.Contains(out, "Global Flags") {
+				t.Errorf("help shows flags that are not the command's own:\n%s", out)
+			}
+			code, out2, _ := run(t, append([]string{"help"}, path...)...)
+			if code != exitOK || out2 != out {
+				t.Errorf("liken help %s differs from --help (exit %d)", strings.Join(path, " "), code)
+			}
+			if !isPlanned(c) && !c.HasSubCommands() && c.Parent().Name() != "completion" && c.Example == "" {
+				t.Errorf("no example")
+			}
+		})
+	}
 	code, out, _ := run(t, "--help")
 	if code != exitOK {
 		t.Fatalf("--help exited %d", code)
 	}
-	for _, c := range commands {
-		if !strings.Contains(out, c.name) {
-			t.Errorf("--help does not list %s", c.name)
-		}
-		if c.run == nil && !strings.Contains(out, "not yet available: "+c.issue) {
-			t.Errorf("--help does not mark %s as not yet available", c.name)
+	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "[not yet available: reboot coordination]", "Exit codes: 0 ok, 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q", want)
 		}
 	}
 }
 
-func TestPlannedCommandsRefuse(t *testing.T) {
-	for _, c := range commands {
-		if c.run != nil {
-			continue
-		}
-		code, out, errOut := run(t, c.name, "--anything")
-		if code != exitUnavailable || out != "" || !strings.Contains(errOut, "not yet available") {
-			t.Errorf("liken %s: exit %d, stdout %q, stderr %q; want exit %d and a refusal", c.name, code, out, errOut, exitUnavailable)
-		}
+func TestErrors(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	os.MkdirAll(full, 0o755)
+	os.WriteFile(filepath.Join(full, "x"), []byte("x"), 0o644)
+	pin := "sha256:" + strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"no command", nil, exitUsage, []string{"give a command"}},
+		{"unknown command", []string{"frobnicate"}, exitUsage, []string{`unknown command "frobnicate"`, "validate"}},
+		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, pin, publish, verify"}},
+		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, pin, publish, verify"}},
+		{"unknown flag", []string{"validate", "--frob", "x"}, exitUsage, []string{"unknown flag: --frob"}},
+		{"planned", []string{"approve-reboot", "m1"}, exitUnavailable, []string{"not yet available", "reboot coordination"}},
+		{"validate without paths", []string{"validate"}, exitUsage, []string{"give at least one file or directory"}},
+		{"bad output format", []string{"validate", examples, "-o", "xml"}, exitUsage, []string{`--output "xml": give json or yaml`}},
+		{"layer extra argument", []string{"layer", "--cluster", "c.yaml", "--machines", "m", "extra"}, exitUsage, []string{`unexpected argument "extra"`}},
+		{"layer without machines", []string{"layer", "--cluster", "c.yaml"}, exitUsage, []string{"--cluster and --machines are required"}},
+		{"layer into a missing identity", []string{"layer", "--cluster", filepath.Join(examples, "cluster.yaml"), "--machines", examples, "--out", filepath.Join(dir, "l"), "--identity", filepath.Join(dir, "typo")},
+			exitUsage, []string{"does not exist", "would create a new cluster identity", "--new-identity"}},
+		{"install onto a directory", []string{"install", "--channel", "file:///x", "--pin", pin, "--layer", "l", "--disk", dir}, exitUsage, []string{"is a directory"}},
+		{"install with a malformed pin", []string{"install", "--channel", "file:///x", "--pin", "abc", "--layer", "l", "--disk", "d.img"}, exitUsage, []string{`--pin "abc" is not a digest`}},
+		{"install extra argument", []string{"install", "oops", "--channel", "file:///x"}, exitUsage, []string{`unexpected argument "oops"`}},
+		{"verify with a malformed pin", []string{"release", "verify", "--channel", "file:///x", "--version", "2026.08.01-001", "--pin", "deadbeef"}, exitUsage, []string{`--pin "deadbeef" is not a digest`}},
+		{"verify with pin and cluster", []string{"release", "verify", "--channel", "file:///x", "--version", "2026.08.01-001", "--pin", pin, "--cluster", "c.yaml"}, exitUsage, []string{"not both"}},
+		{"pin without version", []string{"release", "pin", "--channel", "file:///x"}, exitUsage, []string{"--version is required"}},
+		{"pin with a bad version", []string{"release", "pin", "--channel", "file:///x", "--version", "latest"}, exitUsage, []string{`--version "latest" is not a release version`}},
+		{"set-version without cluster", []string{"release", "pin", "--channel", "file:///x", "--version", "2026.08.01-001", "--set-version"}, exitUsage, []string{"--set-version needs --cluster"}},
+		{"publish without a directory", []string{"release", "publish", "--channel", dir}, exitUsage, []string{"give one release directory"}},
+		{"publish two directories", []string{"release", "publish", "--channel", dir, "a", "b"}, exitUsage, []string{`unexpected argument "b"`}},
+		{"build without out", []string{"release", "build", "--version", "2026.08.01-001", "--k3s-stand-in"}, exitUsage, []string{"--out is required"}},
+		{"build without k3s", []string{"release", "build", "--version", "2026.08.01-001", "--out", filepath.Join(dir, "new")}, exitUsage, []string{"--k3s-stand-in"}},
+		{"build into a full directory", []string{"release", "build", "--version", "2026.08.01-001", "--out", full, "--k3s-stand-in"}, exitUsage, []string{"is not empty", "--force"}},
+		{"completion for an unknown shell", []string{"completion", "tcsh"}, exitUsage, []string{"tcsh"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := run(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr: %s", code, tc.code, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut)
+				}
+			}
+			if tc.code == exitUsage && tc.name != "no command" && out != "" {
+				t.Errorf("a usage error printed to stdout: %s", out)
+			}
+		})
 	}
-	if code, _, _ := run(t, "frobnicate"); code != exitUsage {
-		t.Errorf("unknown command exited %d, want %d", code, exitUsage)
+	if _, err := os.Stat(filepath.Join(dir, "typo")); err == nil {
+		t.Error("layer created an identity in a mistyped --identity")
 	}
 }
 
 func TestValidate(t *testing.T) {
-	examples := filepath.Join("..", "..", "docs", "examples")
 	code, out, errOut := run(t, "validate", examples)
-	if code != exitOK {
+	if code != exitOK || !strings.Contains(out, "6 objects valid") {
 		t.Fatalf("validate examples: exit %d\n%s%s", code, out, errOut)
 	}
-	if !strings.Contains(out, "6 objects valid") {
-		t.Errorf("validate output: %s", out)
+
+	// Flags anywhere on the line, -o json parsed back, a file named twice counted once.
+	code, out, errOut = run(t, "validate", examples, "--output", "json", filepath.Join(examples, "cluster.yaml"))
+	var res validated
+	if code != exitOK || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("validate -o json after a path: exit %d %s\n%s", code, errOut, out)
+	}
+	if len(res.Objects) != 6 || !res.Valid {
+		t.Errorf("-o json: %d objects, valid %v; want the 6 examples once each", len(res.Objects), res.Valid)
+	}
+	code, out, _ = run(t, "validate", "-o", "yaml", examples)
+	if code != exitOK || yaml.Unmarshal([]byte(out), &res) != nil || len(res.Objects) != 6 {
+		t.Errorf("-o yaml: exit %d\n%s", code, out)
 	}
 
+	// A broken file does not hide the others; an invalid Machine is named.
 	dir := t.TempDir()
 	b, _ := os.ReadFile(filepath.Join(examples, "server-1.yaml"))
-	bad := strings.Replace(string(b), "role: server", "role: worker", 1)
-	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(bad), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(strings.Replace(string(b), "role: server", "role: worker", 1)), 0o644)
+	os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("kind: Machine\n  bad: [indent\n"), 0o644)
+	ag, _ := os.ReadFile(filepath.Join(examples, "agent-1.yaml"))
+	os.WriteFile(filepath.Join(dir, "good.yaml"), ag, 0o644)
 	code, out, _ = run(t, "validate", filepath.Join(examples, "cluster.yaml"), dir)
-	if code != exitFailed || !strings.Contains(out, `Unsupported value: "worker"`) {
-		t.Errorf("validate of an invalid Machine: exit %d\n%s", code, out)
+	for _, w := range []string{`Unsupported value: "worker"`, "UNREADABLE  ", "broken.yaml", "ok       Machine agent-1"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("validate of a directory with a broken file lacks %q:\n%s", w, out)
+		}
 	}
-	if code, _, _ := run(t, "validate"); code != exitUsage {
-		t.Errorf("validate without arguments exited %d, want %d", code, exitUsage)
+	if code != exitFailed {
+		t.Errorf("exit %d; want %d", code, exitFailed)
+	}
+
+	// One Machine from standard input, checked against a Cluster given by --cluster.
+	code, out, errOut = runIn(t, string(ag), "validate", "--cluster", filepath.Join(examples, "cluster.yaml"), "-")
+	if code != exitOK || !strings.Contains(out, "ok       Machine agent-1 ((stdin))") || !strings.Contains(out, "ok       Cluster") {
+		t.Errorf("validate - with --cluster: exit %d %s\n%s", code, errOut, out)
 	}
 }
 
@@ -77,22 +197,97 @@ func TestCRDsPrintsBoth(t *testing.T) {
 
 func TestLayer(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	ex := filepath.Join("..", "..", "docs", "examples")
-	code, stdout, errOut := run(t, "layer", "--cluster", filepath.Join(ex, "cluster.yaml"), "--machines", ex, "--out", out)
+	code, stdout, errOut := run(t, "layer", "--cluster", filepath.Join(examples, "cluster.yaml"), "--machines", examples, "--out", out, "-o", "json")
 	if code != exitOK {
 		t.Fatalf("layer: %d %s", code, errOut)
 	}
-	for _, want := range []string{"server layer: ", "agent layer: ", "admin kubeconfig: ", "identity"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("layer output lacks %q:\n%s", want, stdout)
-		}
+	var res builtLayers
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res.Layers) != 2 || res.Layers[0].Role != "server" || !strings.HasPrefix(res.Layers[1].Digest, "sha256:") {
+		t.Errorf("layer -o json: %v\n%s", err, stdout)
 	}
 	for _, f := range []string{"server.layer", "agent.layer", "admin.kubeconfig", "identity/server-ca.key"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("%s not written: %v", f, err)
 		}
 	}
-	if code, _, _ := run(t, "layer", "--cluster", filepath.Join(ex, "cluster.yaml")); code != exitUsage {
-		t.Errorf("layer without --machines exited %d", code)
+	// An explicit new identity is made when asked for.
+	id := filepath.Join(t.TempDir(), "id")
+	code, _, errOut = run(t, "layer", "--cluster", filepath.Join(examples, "cluster.yaml"), "--machines", examples, "--out", t.TempDir(), "--identity", id, "--new-identity")
+	if _, err := os.Stat(filepath.Join(id, "server-ca.key")); code != exitOK || err != nil {
+		t.Errorf("layer --new-identity: exit %d %s %v", code, errOut, err)
+	}
+}
+
+func TestInstallRemovesItsImageOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := run(t, "layer", "--cluster", filepath.Join(examples, "cluster.yaml"), "--machines", examples, "--out", dir)
+	if code != exitOK {
+		t.Fatal(errOut)
+	}
+	img := filepath.Join(dir, "disk.img")
+	// The pin names no release in this (empty) channel: the install fails after it created
+	// the image.
+	code, _, errOut = run(t, "install", "--channel", "file://"+t.TempDir(), "--pin", "sha256:"+strings.Repeat("b", 64),
+		"--layer", filepath.Join(dir, "server.layer"), "--disk", img, "--size", "3200M", "--machine", "server-1")
+	if code != exitFailed || !strings.Contains(errOut, "removed the unfinished image") {
+		t.Errorf("install with an unknown pin: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(img); err == nil {
+		t.Errorf("a failed install left %s behind", img)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, out, errOut := run(t, "completion", shell)
+		if code != exitOK || !strings.Contains(out, "liken") || len(out) < 1000 {
+			t.Errorf("completion %s: exit %d, %d bytes, %s", shell, code, len(out), errOut)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, errOut := run(t, "version", "-o", "json")
+	var v versionInfo
+	if code != exitOK || json.Unmarshal([]byte(out), &v) != nil || v.Liken == "" || !strings.HasPrefix(v.Go, "go1.") || v.Cluster != nil {
+		t.Fatalf("version -o json: exit %d %s\n%s", code, errOut, out)
+	}
+
+	// Against a real API server, through a kubeconfig file.
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.CreateCluster(t.Context(), &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName},
+		Spec: v1alpha1.ClusterSpec{Channel: "file:///srv/channel", Version: "2026.07.20-001",
+			Releases: map[string]v1alpha1.Digest{"2026.07.20-001": v1alpha1.Digest("sha256:" + strings.Repeat("0", 64))}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleServer}}); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run(t, "version", "--kubeconfig", kc, "-o", "json")
+	v = versionInfo{}
+	if code != exitOK || json.Unmarshal([]byte(out), &v) != nil || v.Cluster == nil {
+		t.Fatalf("version --kubeconfig: exit %d %s\n%s", code, errOut, out)
+	}
+	// The test's kube-apiserver is built from its module without version stamps.
+	if v.Cluster.Kubernetes == "" || v.Cluster.Version != "2026.07.20-001" || v.Cluster.Running["unknown"] != 1 {
+		t.Errorf("cluster versions %+v", v.Cluster)
+	}
+	t.Setenv("KUBECONFIG", kc)
+	code, out, errOut = run(t, "version", "--context", "")
+	if code != exitOK || !strings.Contains(out, "spec.version 2026.07.20-001") {
+		t.Errorf("version with KUBECONFIG: exit %d %s\n%s", code, errOut, out)
+	}
+	code, _, errOut = run(t, "version", "--kubeconfig", filepath.Join(t.TempDir(), "none"))
+	if code != exitFailed || !strings.Contains(errOut, "kubeconfig") {
+		t.Errorf("version with a missing kubeconfig: exit %d %s", code, errOut)
 	}
 }

@@ -1,29 +1,34 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"sort"
+
+	"github.com/spf13/cobra"
 
 	"liken.dev/liken/config/crd"
 )
 
-func runCRDs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		return fmt.Errorf("%w: crds takes no arguments", errUsage)
+func newCRDs() *cobra.Command {
+	return &cobra.Command{
+		Use:     "crds",
+		Short:   "print liken's CustomResourceDefinitions (kubectl apply -f -)",
+		Example: "  liken crds | kubectl apply -f -",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := crd.Files()
+			if err != nil {
+				return err
+			}
+			var names []string
+			for n := range files {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				fmt.Fprintf(cmd.OutOrStdout(), "---\n%s", files[n])
+			}
+			return nil
+		},
 	}
-	files, err := crd.Files()
-	if err != nil {
-		return err
-	}
-	var names []string
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(stdout, "---\n%s", files[n])
-	}
-	return nil
 }

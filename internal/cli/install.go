@@ -1,58 +1,75 @@
 package cli
 
 import (
-	"context"
-	"flag"
 	"fmt"
-	"io"
+	"os"
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
+	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/release"
 )
 
-func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("install", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o install.Options
-	fs.StringVar(&o.Channel, "channel", "", "release channel URL (http://, https://, file://)")
-	fs.StringVar(&o.Pin, "pin", "", "digest of the release to install")
-	fs.StringVar(&o.Version, "version", "", "the release's version (default: looked up in the channel's index)")
-	fs.StringVar(&o.Layer, "layer", "", "deployment layer (server.layer or agent.layer from liken layer)")
-	fs.StringVar(&o.Disk, "disk", "", "block device or disk image file to write")
-	fs.StringVar(&o.Machine, "machine", "", "bind the disk to this Machine (keeps only its credential)")
-	fs.BoolVar(&o.Wipe, "wipe", false, "erase a disk that is not empty")
-	fs.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot")
-	size := fs.String("size", "", "create --disk as an image file of this size (such as 4G or 3072M)")
-	slotMiB := fs.Int("slot-size", disk.DefaultLayout.SlotMiB, "size of each slot in MiB")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: liken install --channel URL --pin DIGEST --layer FILE --disk PATH [--machine NAME] [--size SIZE] [--wipe]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+func newInstall() *cobra.Command {
+	var (
+		o       install.Options
+		size    string
+		slotMiB int
+	)
+	cmd := &cobra.Command{
+		Use:   "install --channel URL --pin DIGEST --layer FILE --disk PATH",
+		Short: "write a release and a layer to a disk or disk image",
+		Long: `Writes the pinned release into slot A of a disk (or a disk image file), with the boot
+loader, the deployment layer and an empty state partition. Every byte of the release is
+checked against the pin as it is written. A disk that is not empty is refused unless
+--wipe; an image file this command created is removed again when the install fails.`,
+		Example: `  liken install --channel file:///srv/channel --pin sha256:... --layer layer/server.layer --disk /dev/sdb
+  liken install --channel https://releases.example.com/liken --pin sha256:... --layer layer/agent.layer \
+      --disk agent-1.img --size 4G --machine agent-1`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Channel == "" || o.Pin == "" || o.Layer == "" || o.Disk == "" {
+				return usageErr("--channel, --pin, --layer and --disk are required")
+			}
+			if !apirelease.ValidDigest(o.Pin) {
+				return usageErr("--pin %q is not a digest: give sha256: followed by 64 lowercase hexadecimal digits", o.Pin)
+			}
+			if size != "" {
+				n, err := parseMiB(size)
+				if err != nil {
+					return usageErr("--size: %v", err)
+				}
+				o.SizeMiB = n
+			}
+			if st, err := os.Stat(o.Disk); err == nil && st.IsDir() {
+				return usageErr("--disk %s is a directory; give a block device or a disk image file", o.Disk)
+			}
+			o.Layout = disk.DefaultLayout
+			o.Layout.SlotMiB = slotMiB
+			o.Fetcher = &release.Fetcher{Progress: progressPrinter(cmd.ErrOrStderr())}
+			o.Log = cmd.OutOrStdout()
+			if err := install.Install(cmd.Context(), o); err != nil {
+				return err
+			}
 			return nil
-		}
-		return errUsage
+		},
 	}
-	if o.Channel == "" || o.Pin == "" || o.Layer == "" || o.Disk == "" {
-		fs.Usage()
-		return fmt.Errorf("%w: --channel, --pin, --layer and --disk are required", errUsage)
-	}
-	if *size != "" {
-		n, err := parseMiB(*size)
-		if err != nil {
-			return fmt.Errorf("%w: --size: %v", errUsage, err)
-		}
-		o.SizeMiB = n
-	}
-	o.Layout = disk.DefaultLayout
-	o.Layout.SlotMiB = *slotMiB
-	o.Fetcher = &release.Fetcher{Progress: progressPrinter(stderr)}
-	o.Log = stdout
-	return install.Install(ctx, o)
+	f := cmd.Flags()
+	f.StringVar(&o.Channel, "channel", "", "release channel URL (http://, https://, file://)")
+	f.StringVar(&o.Pin, "pin", "", "digest of the release to install")
+	f.StringVar(&o.Version, "version", "", "the release's version (default: looked up in the channel's index)")
+	f.StringVar(&o.Layer, "layer", "", "deployment layer (server.layer or agent.layer from liken layer)")
+	f.StringVar(&o.Disk, "disk", "", "block device or disk image file to write")
+	f.StringVar(&o.Machine, "machine", "", "bind the disk to this Machine (keeps only its credential)")
+	f.BoolVar(&o.Wipe, "wipe", false, "erase a disk that is not empty")
+	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot")
+	f.StringVar(&size, "size", "", "create --disk as an image file of this size (such as 4G or 3072M)")
+	f.IntVar(&slotMiB, "slot-size", disk.DefaultLayout.SlotMiB, "size of each slot in MiB")
+	return cmd
 }
 
 // parseMiB reads a size such as 4G, 3072M or 3072 (MiB).

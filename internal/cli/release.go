@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,109 +8,208 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/manifest"
 	"liken.dev/liken/internal/release"
 )
 
-func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := func() {
-		fmt.Fprintln(stderr, `Usage:
-  liken release publish --channel DIR RELEASE_DIR
-      check a release against its release.json and lay it out in a channel directory
-  liken release pin --channel URL --version V [--cluster FILE]
-      print a release's digest; with --cluster, also pin it in that Cluster manifest
-  liken release verify --channel URL --version V (--pin DIGEST | --cluster FILE)
-      download a whole release and check every byte against its pin
-  liken release build --version V --out DIR (--k3s PATH --k3s-version V | --k3s-stand-in)
-      [--kernel-deb PATH] [--source DIR] [--epoch SECONDS]
-      build a release: kernel, initramfs, root image and release.json
-A channel URL is http://, https:// or file://.`)
+// releaseResult is what release commands print with -o.
+type releaseResult struct {
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+	// Path is where the release is (publish: in the channel; build: the output directory).
+	Path    string `json:"path,omitempty"`
+	Files   int    `json:"files,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+	StandIn bool   `json:"k3sStandIn,omitempty"`
+}
+
+func newRelease() *cobra.Command {
+	return group(&cobra.Command{
+		Use:   "release",
+		Short: "build, publish, pin and verify releases",
+		Long: `Releases are published in a channel: a directory any web server can serve, read by URL
+(http://, https:// or file://). A Cluster pins each release by the digest of its
+release.json.`,
+	}, newReleaseBuild(), newReleasePublish(), newReleasePin(), newReleaseVerify())
+}
+
+func checkVersion(v string) error {
+	if v == "" {
+		return usageErr("--version is required")
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		usage()
-		if len(args) == 0 {
-			return fmt.Errorf("%w: give a release command", errUsage)
-		}
-		return nil
+	if !apirelease.ValidVersion(v) {
+		return usageErr("--version %q is not a release version such as 2026.07.20-001", v)
 	}
-	if args[0] == "build" {
-		return runReleaseBuild(args[1:], stdout, stderr)
-	}
-	fs := flag.NewFlagSet("release "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel directory (publish) or URL")
-	version := fs.String("version", "", "release version, such as 2026.07.20-001")
-	pin := fs.String("pin", "", "the release's digest")
-	clusterFile := fs.String("cluster", "", "a Cluster manifest file")
-	if err := fs.Parse(args[1:]); err != nil {
-		return errUsage
-	}
-	if *channel == "" {
-		return fmt.Errorf("%w: --channel is required", errUsage)
-	}
-	f := &release.Fetcher{Progress: progressPrinter(stderr)}
-	switch args[0] {
-	case "publish":
-		if fs.NArg() != 1 {
-			return fmt.Errorf("%w: give one release directory", errUsage)
-		}
-		digest, err := release.Publish(*channel, fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "published %s\n", digest)
-		return nil
-	case "pin":
-		digest, doc, err := release.Pin(ctx, f, *channel, *version)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s %s\n", doc.Version, digest)
-		if doc.Components.K3s.StandIn {
-			fmt.Fprintln(stderr, "warning: this release carries liken's k3s stand-in, not k3s: it is for tests only")
-		}
-		if *clusterFile != "" {
-			v, err := manifest.NewValidator()
+	return nil
+}
+
+func newReleasePublish() *cobra.Command {
+	var o output
+	var channel string
+	cmd := &cobra.Command{
+		Use:     "publish --channel DIR RELEASE_DIR",
+		Short:   "check a release against its release.json and lay it out in a channel directory",
+		Example: "  liken release publish --channel /srv/channel out/2026.07.20-001",
+		Args:    exactArgs(1, "one release directory"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			if channel == "" {
+				return usageErr("--channel is required")
+			}
+			digest, err := release.Publish(channel, args[0])
 			if err != nil {
 				return err
 			}
-			if err := manifest.SetReleasePin(v, *clusterFile, doc.Version, digest); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "pinned %s in %s\n", doc.Version, *clusterFile)
-		}
-		return nil
-	case "verify":
-		p := *pin
-		if p == "" && *clusterFile != "" {
-			docs, err := manifest.Load(*clusterFile)
+			raw, err := os.ReadFile(filepath.Join(args[0], apirelease.DocumentName))
 			if err != nil {
 				return err
 			}
-			for _, d := range docs {
-				if d.Object.GetKind() == "Cluster" {
-					p, _, _ = unstructured.NestedString(d.Object.Object, "spec", "releases", *version)
+			doc, err := apirelease.Parse(raw, digest)
+			if err != nil {
+				return err
+			}
+			r := releaseResult{Version: doc.Version, Digest: digest, Path: filepath.Join(channel, doc.Version)}
+			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
+				fmt.Fprintf(w, "published %s %s in %s\n", r.Version, r.Digest, r.Path)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "", "the channel directory")
+	o.add(cmd)
+	return cmd
+}
+
+func newReleasePin() *cobra.Command {
+	var o output
+	var channel, version, clusterFile string
+	var setVersion bool
+	cmd := &cobra.Command{
+		Use:   "pin --channel URL --version V [--cluster FILE [--set-version]]",
+		Short: "print a release's digest; with --cluster, pin it in that Cluster manifest",
+		Example: `  liken release pin --channel https://releases.example.com/liken --version 2026.07.20-001
+  liken release pin --channel file:///srv/channel --version 2026.07.20-001 --cluster cluster.yaml --set-version`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			if channel == "" {
+				return usageErr("--channel is required")
+			}
+			if err := checkVersion(version); err != nil {
+				return err
+			}
+			if setVersion && clusterFile == "" {
+				return usageErr("--set-version needs --cluster")
+			}
+			f := &release.Fetcher{Progress: progressPrinter(cmd.ErrOrStderr())}
+			digest, doc, err := release.Pin(cmd.Context(), f, channel, version)
+			if err != nil {
+				return err
+			}
+			if doc.Components.K3s.StandIn {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: this release carries liken's k3s stand-in, not k3s: it is for tests only")
+			}
+			if clusterFile != "" {
+				v, err := manifest.NewValidator()
+				if err != nil {
+					return err
+				}
+				if err := manifest.PinRelease(v, clusterFile, doc.Version, digest, setVersion); err != nil {
+					return err
 				}
 			}
-			if p == "" {
-				return fmt.Errorf("%s does not pin release %s", *clusterFile, *version)
-			}
-		}
-		doc, err := release.Verify(ctx, f, *channel, *version, p)
-		if err != nil {
-			return err
-		}
-		var total int64
-		for _, file := range doc.Files {
-			total += file.Size
-		}
-		fmt.Fprintf(stdout, "verified %s: %d files, %d bytes, every byte matches %s\n", doc.Version, len(doc.Files), total, p)
-		return nil
+			r := releaseResult{Version: doc.Version, Digest: digest, StandIn: doc.Components.K3s.StandIn}
+			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
+				fmt.Fprintf(w, "%s %s\n", r.Version, r.Digest)
+				if clusterFile != "" {
+					fmt.Fprintf(w, "pinned %s in %s\n", doc.Version, clusterFile)
+				}
+				if setVersion {
+					fmt.Fprintf(w, "spec.version is %s in %s\n", doc.Version, clusterFile)
+				}
+			})
+		},
 	}
-	usage()
-	return fmt.Errorf("%w: unknown release command %q", errUsage, args[0])
+	cmd.Flags().StringVar(&channel, "channel", "", "the channel URL (http://, https://, file://)")
+	cmd.Flags().StringVar(&version, "version", "", "the release version, such as 2026.07.20-001")
+	cmd.Flags().StringVar(&clusterFile, "cluster", "", "a Cluster manifest to pin the release in")
+	cmd.Flags().BoolVar(&setVersion, "set-version", false, "also set the Cluster's spec.version to this release")
+	o.add(cmd)
+	return cmd
+}
+
+func newReleaseVerify() *cobra.Command {
+	var o output
+	var channel, version, pin, clusterFile string
+	cmd := &cobra.Command{
+		Use:   "verify --channel URL --version V (--pin DIGEST | --cluster FILE)",
+		Short: "download a whole release and check every byte against its pin",
+		Example: `  liken release verify --channel file:///srv/channel --version 2026.07.20-001 --cluster cluster.yaml
+  liken release verify --channel https://releases.example.com/liken --version 2026.07.20-001 --pin sha256:...`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			if channel == "" {
+				return usageErr("--channel is required")
+			}
+			if err := checkVersion(version); err != nil {
+				return err
+			}
+			switch {
+			case pin == "" && clusterFile == "":
+				return usageErr("give --pin or --cluster")
+			case pin != "" && clusterFile != "":
+				return usageErr("give --pin or --cluster, not both")
+			case pin != "" && !apirelease.ValidDigest(pin):
+				return usageErr("--pin %q is not a digest: give sha256: followed by 64 lowercase hexadecimal digits", pin)
+			}
+			p := pin
+			if clusterFile != "" {
+				docs, err := manifest.Load(clusterFile)
+				if err != nil {
+					return err
+				}
+				for _, d := range docs {
+					if d.Object.GetKind() == "Cluster" {
+						p, _, _ = unstructured.NestedString(d.Object.Object, "spec", "releases", version)
+					}
+				}
+				if p == "" {
+					return fmt.Errorf("%s does not pin release %s", clusterFile, version)
+				}
+				if !apirelease.ValidDigest(p) {
+					return fmt.Errorf("%s pins release %s to %q, which is not a digest (sha256: followed by 64 lowercase hexadecimal digits)", clusterFile, version, p)
+				}
+			}
+			f := &release.Fetcher{Progress: progressPrinter(cmd.ErrOrStderr())}
+			doc, err := release.Verify(cmd.Context(), f, channel, version, p)
+			if err != nil {
+				return err
+			}
+			r := releaseResult{Version: doc.Version, Digest: p, Files: len(doc.Files), StandIn: doc.Components.K3s.StandIn}
+			for _, file := range doc.Files {
+				r.Bytes += file.Size
+			}
+			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
+				fmt.Fprintf(w, "verified %s: %d files, %d bytes, every byte matches %s\n", r.Version, r.Files, r.Bytes, r.Digest)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "", "the channel URL (http://, https://, file://)")
+	cmd.Flags().StringVar(&version, "version", "", "the release version, such as 2026.07.20-001")
+	cmd.Flags().StringVar(&pin, "pin", "", "the release's digest")
+	cmd.Flags().StringVar(&clusterFile, "cluster", "", "a Cluster manifest that pins the release")
+	o.add(cmd)
+	return cmd
 }
 
 // progressPrinter reports download progress, a line per file every 10%.
@@ -131,40 +228,73 @@ func progressPrinter(w io.Writer) func(release.Progress) {
 	}
 }
 
-func runReleaseBuild(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("release build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	version := fs.String("version", "", "release version, such as 2026.07.20-001")
-	out := fs.String("out", "", "output directory")
-	kernelDeb := fs.String("kernel-deb", "", "linux-image .deb to use (default: the current Debian one, via apt, cached)")
-	cache := fs.String("kernel-cache", defaultCache(), "where downloaded kernel packages are kept (outside the clone)")
-	k3s := fs.String("k3s", "", "the k3s binary")
-	k3sVersion := fs.String("k3s-version", "", "the k3s binary's version, such as v1.36.3+k3s1")
-	standIn := fs.Bool("k3s-stand-in", false, "put liken's k3s stand-in in the release instead of k3s (tests only; the release says so)")
-	source := fs.String("source", ".", "the liken source tree")
-	epoch := fs.Int64("epoch", envEpoch(), "timestamp of every file (default SOURCE_DATE_EPOCH, else 0)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+func newReleaseBuild() *cobra.Command {
+	var (
+		o                                                    output
+		version, out, kernelDeb, cache, k3s, k3sVersion, src string
+		standIn, force                                       bool
+		epoch                                                int64
+	)
+	cmd := &cobra.Command{
+		Use:   "build --version V --out DIR (--k3s PATH --k3s-version V | --k3s-stand-in)",
+		Short: "build a release: kernel, initramfs, root image, slot image and release.json",
+		Long: `Builds a release from this source tree, Debian's kernel and k3s. The same inputs give
+the same digest. --k3s-stand-in puts liken's node simulator in place of k3s, for tests
+only; the release document, 'release pin' and the Node's labels say so.`,
+		Example: `  liken release build --version 2026.07.20-001 --out out/2026.07.20-001 --k3s ./k3s --k3s-version v1.36.3+k3s1
+  liken release build --version 2026.07.20-001 --out out/test --k3s-stand-in`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			if err := checkVersion(version); err != nil {
+				return err
+			}
+			if out == "" {
+				return usageErr("--out is required")
+			}
+			switch {
+			case k3s != "" && k3sVersion == "":
+				return usageErr("--k3s needs --k3s-version")
+			case k3s == "" && !standIn:
+				return usageErr("give --k3s PATH --k3s-version V, or --k3s-stand-in for a test release")
+			case k3s != "" && standIn:
+				return usageErr("give --k3s or --k3s-stand-in, not both")
+			}
+			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
+				return usageErr("--out %s is not empty; give an empty or new directory, or --force to build over it", out)
+			}
+			start := time.Now()
+			digest, doc, err := release.Build(release.BuildOptions{
+				Version: version, Source: src, KernelDeb: kernelDeb, KernelCache: cache,
+				K3s: k3s, K3sVersion: k3sVersion, StandIn: standIn, Epoch: time.Unix(epoch, 0), Out: out, Log: cmd.ErrOrStderr(),
+			})
+			if err != nil {
+				return err
+			}
+			r := releaseResult{Version: doc.Version, Digest: digest, Path: out, Files: len(doc.Files), StandIn: doc.Components.K3s.StandIn}
+			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
+				fmt.Fprintf(w, "built %s in %s: %s in %s\n", r.Version, time.Since(start).Round(time.Second), r.Digest, r.Path)
+				if r.StandIn {
+					fmt.Fprintln(w, "note: this release carries liken's k3s stand-in, not k3s: for tests only")
+				}
+			})
+		},
 	}
-	if *version == "" || *out == "" {
-		return fmt.Errorf("%w: --version and --out are required", errUsage)
-	}
-	if *k3s != "" && *k3sVersion == "" {
-		return fmt.Errorf("%w: --k3s needs --k3s-version", errUsage)
-	}
-	start := time.Now()
-	digest, doc, err := release.Build(release.BuildOptions{
-		Version: *version, Source: *source, KernelDeb: *kernelDeb, KernelCache: *cache,
-		K3s: *k3s, K3sVersion: *k3sVersion, StandIn: *standIn, Epoch: time.Unix(*epoch, 0), Out: *out, Log: stderr,
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "built %s in %s: %s\n", doc.Version, time.Since(start).Round(time.Second), digest)
-	if doc.Components.K3s.StandIn {
-		fmt.Fprintln(stdout, "note: this release carries liken's k3s stand-in, not k3s: for tests only")
-	}
-	return nil
+	f := cmd.Flags()
+	f.StringVar(&version, "version", "", "release version, such as 2026.07.20-001")
+	f.StringVar(&out, "out", "", "output directory (new or empty)")
+	f.BoolVar(&force, "force", false, "build into a directory that is not empty")
+	f.StringVar(&kernelDeb, "kernel-deb", "", "linux-image .deb to use (default: the current Debian one, via apt, cached)")
+	f.StringVar(&cache, "kernel-cache", defaultCache(), "where downloaded kernel packages are kept (outside the clone)")
+	f.StringVar(&k3s, "k3s", "", "the k3s binary")
+	f.StringVar(&k3sVersion, "k3s-version", "", "the k3s binary's version, such as v1.36.3+k3s1")
+	f.BoolVar(&standIn, "k3s-stand-in", false, "put liken's k3s stand-in in the release instead of k3s (tests only; the release says so)")
+	f.StringVar(&src, "source", ".", "the liken source tree")
+	f.Int64Var(&epoch, "epoch", envEpoch(), "timestamp of every file (default SOURCE_DATE_EPOCH, else 0)")
+	o.add(cmd)
+	return cmd
 }
 
 func defaultCache() string {

@@ -34,11 +34,13 @@ func makeRelease(t *testing.T, version, content string) string {
 func TestReleasePublishPinVerify(t *testing.T) {
 	channel := t.TempDir()
 	rel := makeRelease(t, "2026.08.01-001", strings.Repeat("liken", 1000))
-	code, out, errOut := run(t, "release", "publish", "--channel", channel, rel)
-	if code != exitOK || !strings.HasPrefix(out, "published sha256:") {
+	code, out, errOut := run(t, "release", "publish", "--channel", channel, rel, "-o", "json")
+	var pub releaseResult
+	if code != exitOK || json.Unmarshal([]byte(out), &pub) != nil || !strings.HasPrefix(pub.Digest, "sha256:") ||
+		pub.Version != "2026.08.01-001" || pub.Path != filepath.Join(channel, "2026.08.01-001") {
 		t.Fatalf("publish: %d %s %s", code, out, errOut)
 	}
-	digest := strings.TrimSpace(strings.TrimPrefix(out, "published "))
+	digest := pub.Digest
 	// Publishing the same release again changes nothing; a different one of that version is refused.
 	if code, _, errOut := run(t, "release", "publish", "--channel", channel, rel); code != exitOK {
 		t.Errorf("re-publishing the same release: %s", errOut)
@@ -67,6 +69,18 @@ func TestReleasePublishPinVerify(t *testing.T) {
 	if code, out, errOut := run(t, "validate", cluster); code != exitOK {
 		t.Errorf("the pinned Cluster no longer validates: %s %s", out, errOut)
 	}
+	// --set-version pins and makes it the Cluster's spec.version in one checked write.
+	code, out, errOut = run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.01-001", "--cluster", cluster, "--set-version")
+	if code != exitOK || !strings.Contains(out, "spec.version is 2026.08.01-001") {
+		t.Fatalf("pin --set-version: %d %s %s", code, out, errOut)
+	}
+	code, out, _ = run(t, "validate", cluster, "-o", "json")
+	if code != exitOK {
+		t.Errorf("the Cluster with its new version no longer validates: %s", out)
+	}
+	if b, _ := os.ReadFile(cluster); !strings.Contains(string(b), `version: "2026.08.01-001"`) {
+		t.Errorf("spec.version not set:\n%s", b)
+	}
 	code, out, errOut = run(t, "release", "verify", "--channel", srv.URL, "--version", "2026.08.01-001", "--cluster", cluster)
 	if code != exitOK || !strings.Contains(out, "every byte matches "+digest) || !strings.Contains(errOut, "100%") {
 		t.Errorf("verify: %d %s %s", code, out, errOut)
@@ -80,7 +94,5 @@ func TestReleasePublishPinVerify(t *testing.T) {
 	if code != exitFailed || !strings.Contains(errOut, "rootfs.squashfs does not match its pin") {
 		t.Errorf("verify of a tampered release: %d %s", code, errOut)
 	}
-	if code, _, _ := run(t, "release", "build", "--version", "2026.08.01-001"); code != exitUsage {
-		t.Errorf("release build without --out exited %d", code)
-	}
+
 }

@@ -49,7 +49,18 @@ type Options struct {
 }
 
 // Install writes the disk.
-func Install(ctx context.Context, o Options) error {
+func Install(ctx context.Context, o Options) (err error) {
+	// An image file this install creates is removed again when the install fails: half an
+	// image is no install, and a rerun would refuse it as not empty.
+	if _, serr := os.Stat(o.Disk); errors.Is(serr, os.ErrNotExist) && o.SizeMiB > 0 {
+		defer func() {
+			if err != nil {
+				if rerr := os.Remove(o.Disk); rerr == nil {
+					err = fmt.Errorf("%w (removed the unfinished image %s)", err, o.Disk)
+				}
+			}
+		}()
+	}
 	log := o.Log
 	if log == nil {
 		log = io.Discard

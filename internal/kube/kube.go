@@ -67,6 +67,13 @@ func (c *Client) Cluster(ctx context.Context) (*v1alpha1.Cluster, error) {
 	return cl, err
 }
 
+// Machines lists every Machine.
+func (c *Client) Machines(ctx context.Context) ([]v1alpha1.Machine, error) {
+	l := &v1alpha1.MachineList{}
+	err := c.rest.Get().Resource("machines").Do(ctx).Into(l)
+	return l.Items, err
+}
+
 // UpdateMachineStatus writes m's status through the status subresource (optimistic
 // concurrency on m's resourceVersion) and returns the stored object.
 func (c *Client) UpdateMachineStatus(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {

@@ -27,33 +27,13 @@ type Document struct {
 // separated by "---", or a directory whose *.yaml, *.yml and *.json files are read in name
 // order (not recursively).
 func Load(path string) ([]Document, error) {
-	st, err := os.Stat(path)
+	files, err := Files(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading manifests: %w", err)
-	}
-	files := []string{path}
-	if st.IsDir() {
-		files = nil
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading manifests: %w", err)
-		}
-		for _, e := range entries {
-			switch strings.ToLower(filepath.Ext(e.Name())) {
-			case ".yaml", ".yml", ".json":
-				if !e.IsDir() {
-					files = append(files, filepath.Join(path, e.Name()))
-				}
-			}
-		}
-		sort.Strings(files)
-		if len(files) == 0 {
-			return nil, fmt.Errorf("reading manifests: no .yaml, .yml or .json file in %s", path)
-		}
+		return nil, err
 	}
 	var docs []Document
 	for _, f := range files {
-		d, err := loadFile(f)
+		d, err := LoadFile(f)
 		if err != nil {
 			return nil, err
 		}
@@ -62,11 +42,48 @@ func Load(path string) ([]Document, error) {
 	return docs, nil
 }
 
-func loadFile(name string) ([]Document, error) {
+// Files lists the manifest files path stands for: itself, or a directory's *.yaml, *.yml
+// and *.json files in name order.
+func Files(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading manifests: %w", err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading manifests: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".yaml", ".yml", ".json":
+			if !e.IsDir() {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("reading manifests: no .yaml, .yml or .json file in %s", path)
+	}
+	return files, nil
+}
+
+// LoadFile reads every object in one manifest file.
+func LoadFile(name string) ([]Document, error) {
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return nil, fmt.Errorf("reading manifests: %w", err)
 	}
+	return Parse(name, b)
+}
+
+// Parse reads every object in b, the contents of a manifest called name (a file, or
+// standard input).
+func Parse(name string, b []byte) ([]Document, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
 	var docs []Document
 	for n := 1; ; n++ {

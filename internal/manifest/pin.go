@@ -18,6 +18,12 @@ import (
 // file at path, keeping the file's comments and other documents. The result is checked with
 // the API's rules before the file is replaced; nothing is written if it would be invalid.
 func SetReleasePin(v *Validator, path, version, digest string) error {
+	return PinRelease(v, path, version, digest, false)
+}
+
+// PinRelease is SetReleasePin that, with setVersion, also makes version the Cluster's
+// spec.version, in the same checked write.
+func PinRelease(v *Validator, path, version, digest string, setVersion bool) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
@@ -41,6 +47,9 @@ func SetReleasePin(v *Validator, path, version, digest string) error {
 			found = true
 			if err := setPin(&n, version, digest); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
+			}
+			if setVersion {
+				setScalar(get(mapping(&n), "spec"), "version", version)
 			}
 			if err := check(v, &n); err != nil {
 				return fmt.Errorf("%s: with the new pin the Cluster would be invalid: %w", path, err)
@@ -118,6 +127,16 @@ func setPin(n *yaml.Node, version, digest string) error {
 		&yaml.Node{Kind: yaml.ScalarNode, Value: version, Tag: "!!str", Style: yaml.DoubleQuotedStyle},
 		&yaml.Node{Kind: yaml.ScalarNode, Value: digest, Tag: "!!str"})
 	return nil
+}
+
+// setScalar sets key to a string value in mapping m, adding it when absent.
+func setScalar(m *yaml.Node, key, value string) {
+	if cur := get(m, key); cur != nil {
+		cur.Kind, cur.Value, cur.Tag, cur.Style, cur.Content = yaml.ScalarNode, value, "!!str", yaml.DoubleQuotedStyle, nil
+		return
+	}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key},
+		&yaml.Node{Kind: yaml.ScalarNode, Value: value, Tag: "!!str", Style: yaml.DoubleQuotedStyle})
 }
 
 func check(v *Validator, n *yaml.Node) error {
