@@ -23,10 +23,11 @@ deps: ## Install the Debian packages liken's build and tests need (idempotent).
 build: ## Build bin/liken.
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o bin/ ./cmd/...
 
-generate: ## Regenerate deepcopy, CRDs and the API reference.
+generate: ## Regenerate deepcopy, CRDs, the API reference and the CLI reference.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd
 	$(GO) run ./hack/apidoc > docs/reference/api.md
+	$(GO) run ./hack/clidoc > docs/reference/cli.md
 
 tools: ## Build the upstream test binaries (kube-apiserver, etcd, ...) into test/tools/bin.
 	test/tools/build.sh

@@ -12,10 +12,10 @@ const ClusterName = "liken"
 // settings the machines share. There is exactly one, named "liken".
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,categories=liken
+// +kubebuilder:resource:scope=Cluster,categories=liken,shortName=lc
 // +kubebuilder:subresource:status
-// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`,description="Release the fleet runs"
-// +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.upToDateMachines`,description="Machines running spec.version"
+// +kubebuilder:printcolumn:name="Wanted",type=string,JSONPath=`.spec.version`,description="Release every machine is meant to run (spec.version)"
+// +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.upToDateMachines`,description="Machines running the wanted release"
 // +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`,description="Machines in the cluster"
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.rebootPolicy`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -264,6 +264,11 @@ type UpgradeStatus struct {
 	// State is where the machine is.
 	// +optional
 	State UpgradeState `json:"state,omitempty"`
+	// WantedVersion is the release this machine is meant to run: its spec.version, else
+	// the Cluster's. It differs from release.version while the machine moves to it, or
+	// when it cannot (see state and message).
+	// +optional
+	WantedVersion string `json:"wantedVersion,omitempty"`
 	// TargetVersion and TargetDigest are the release the machine moves to.
 	// +optional
 	TargetVersion string `json:"targetVersion,omitempty"`

@@ -9,15 +9,16 @@ import (
 // machine reports what it finds (hardware, running release, pending changes) in status.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,categories=liken
+// +kubebuilder:resource:scope=Cluster,categories=liken,shortName=lm
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Role",type=string,JSONPath=`.spec.role`,description="server or agent"
-// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.release.version`,description="Release the machine runs"
+// +kubebuilder:printcolumn:name="Wanted",type=string,JSONPath=`.status.upgrade.wantedVersion`,description="Release the machine is meant to run: its spec.version, else the Cluster's"
+// +kubebuilder:printcolumn:name="Running",type=string,JSONPath=`.status.release.version`,description="Release the machine runs"
 // +kubebuilder:printcolumn:name="Slot",type=string,JSONPath=`.status.release.slot`,description="Slot the machine booted"
+// +kubebuilder:printcolumn:name="Upgrade",type=string,JSONPath=`.status.upgrade.state`,description="Where the machine is in moving to the wanted release"
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingCount`,description="Changes staged for a boot or reboot"
 // +kubebuilder:printcolumn:name="Reboot",type=string,JSONPath=`.status.reboot.state`,description="Where the machine is in its reboot"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="k3s healthy, node Ready, agent reconciled"
-// +kubebuilder:printcolumn:name="Upgrade",type=string,JSONPath=`.status.upgrade.state`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="a Machine's name becomes its hostname and node name: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 type Machine struct {

@@ -290,6 +290,7 @@ func firstLine(s string) string {
 // starts writing or checking the inactive slot, and says what a reboot would try.
 func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, out *outcome) *upgradeView {
 	v := &upgradeView{status: v1alpha1.UpgradeStatus{State: v1alpha1.UpgradeIdle, FailedReleases: append([]v1alpha1.FailedRelease(nil), a.st.FailedReleases...)}}
+	v.status.WantedVersion, _ = wanted(m, c)
 	bi := a.bootInfo
 	if a.cfg.Boot == nil || bi == nil {
 		v.status.Message = "this machine was not booted by liken's init: releases and reboots are not managed here"

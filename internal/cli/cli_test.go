@@ -291,3 +291,13 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version with a missing kubeconfig: exit %d %s", code, errOut)
 	}
 }
+
+func TestReferenceUpToDate(t *testing.T) {
+	got, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, Reference()) {
+		t.Fatal("docs/reference/cli.md is stale: run make generate")
+	}
+}

@@ -265,6 +265,12 @@ only; the release document, 'release pin' and the Node's labels say so.`,
 			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
 				return usageErr("--out %s is not empty; give an empty or new directory, or --force to build over it", out)
 			}
+			if cache == "" {
+				cache = defaultCache()
+			}
+			if !cmd.Flags().Changed("epoch") {
+				epoch = envEpoch()
+			}
 			start := time.Now()
 			digest, doc, err := release.Build(release.BuildOptions{
 				Version: version, Source: src, KernelDeb: kernelDeb, KernelCache: cache,
@@ -287,12 +293,12 @@ only; the release document, 'release pin' and the Node's labels say so.`,
 	f.StringVar(&out, "out", "", "output directory (new or empty)")
 	f.BoolVar(&force, "force", false, "build into a directory that is not empty")
 	f.StringVar(&kernelDeb, "kernel-deb", "", "linux-image .deb to use (default: the current Debian one, via apt, cached)")
-	f.StringVar(&cache, "kernel-cache", defaultCache(), "where downloaded kernel packages are kept (outside the clone)")
+	f.StringVar(&cache, "kernel-cache", "", "where downloaded kernel packages are kept, outside the clone (default: the user's cache directory, liken/kernel)")
 	f.StringVar(&k3s, "k3s", "", "the k3s binary")
 	f.StringVar(&k3sVersion, "k3s-version", "", "the k3s binary's version, such as v1.36.3+k3s1")
 	f.BoolVar(&standIn, "k3s-stand-in", false, "put liken's k3s stand-in in the release instead of k3s (tests only; the release says so)")
 	f.StringVar(&src, "source", ".", "the liken source tree")
-	f.Int64Var(&epoch, "epoch", envEpoch(), "timestamp of every file (default SOURCE_DATE_EPOCH, else 0)")
+	f.Int64Var(&epoch, "epoch", 0, "timestamp of every file, in seconds since 1970 (default: SOURCE_DATE_EPOCH, else 0)")
 	o.add(cmd)
 	return cmd
 }

@@ -24,10 +24,10 @@ func TestKubectlColumnsAndExplain(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get machines printed %d lines, want header and one row:\n%s", len(lines), out)
 	}
-	if got, want := strings.Fields(lines[0]), []string{"NAME", "ROLE", "VERSION", "SLOT", "PENDING", "REBOOT", "READY", "AGE"}; !equal(got, want) {
+	if got, want := strings.Fields(lines[0]), []string{"NAME", "ROLE", "WANTED", "RUNNING", "SLOT", "UPGRADE", "PENDING", "REBOOT", "READY", "AGE"}; !equal(got, want) {
 		t.Errorf("kubectl get machines columns = %v, want %v", got, want)
 	}
-	if got := strings.Fields(lines[1]); len(got) < 7 || !equal(got[:7], []string{"kubectl-test", "server", "2026.07.20-001", "A", "1", "WaitingForApproval", "True"}) {
+	if got := strings.Fields(lines[1]); len(got) < 9 || !equal(got[:9], []string{"kubectl-test", "server", "2026.08.01-001", "2026.07.20-001", "A", "Staged", "1", "WaitingForApproval", "True"}) {
 		t.Errorf("kubectl get machines row = %v", got)
 	}
 
@@ -44,7 +44,7 @@ func TestKubectlColumnsAndExplain(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get cluster printed %d lines:\n%s", len(lines), out)
 	}
-	if got, want := strings.Fields(lines[0]), []string{"NAME", "VERSION", "UP-TO-DATE", "MACHINES", "AGE"}; !equal(got, want) {
+	if got, want := strings.Fields(lines[0]), []string{"NAME", "WANTED", "UP-TO-DATE", "MACHINES", "AGE"}; !equal(got, want) {
 		t.Errorf("kubectl get cluster columns = %v, want %v", got, want)
 	}
 	if got := strings.Fields(lines[1]); len(got) < 4 || !equal(got[:4], []string{"liken", "2026.07.20-001", "3", "5"}) {
@@ -66,6 +66,14 @@ func TestKubectlColumnsAndExplain(t *testing.T) {
 			if !strings.Contains(strings.Join(strings.Fields(out), " "), w) {
 				t.Errorf("kubectl %s does not show %q:\n%s", strings.Join(e.args, " "), w, out)
 			}
+		}
+	}
+
+	// Short names that clash with no other API's (Cluster API has "clusters"/"cl").
+	for short, want := range map[string]string{"lm": "machine.liken.dev/kubectl-test", "lc": "cluster.liken.dev/liken"} {
+		out, err := env.Kubectl(ctx(t), "get", short, "-o", "name")
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("kubectl get %s: %v\n%s", short, err, out)
 		}
 	}
 

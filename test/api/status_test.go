@@ -18,7 +18,7 @@ func machineStatus() map[string]any {
 		"pendingCount": int64(1),
 		"pendingHash":  "sha256:" + strings.Repeat("0", 64),
 		"reboot":       map[string]any{"state": "WaitingForApproval"},
-		"upgrade":      map[string]any{"state": "Idle"},
+		"upgrade":      map[string]any{"state": "Staged", "wantedVersion": "2026.08.01-001"},
 		"conditions": []any{map[string]any{
 			"type": "Ready", "status": "True", "reason": "Ready", "message": "k3s healthy, node Ready",
 			"lastTransitionTime": "2026-11-29T10:00:00Z",
