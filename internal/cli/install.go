@@ -11,7 +11,6 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/install"
-	"liken.dev/liken/internal/release"
 )
 
 func newInstall() *cobra.Command {
@@ -50,7 +49,7 @@ checked against the pin as it is written. A disk that is not empty is refused un
 			}
 			o.Layout = disk.DefaultLayout
 			o.Layout.SlotMiB = slotMiB
-			o.Fetcher = &release.Fetcher{Progress: progressPrinter(cmd.ErrOrStderr())}
+			o.Fetcher = fetcher(cmd.ErrOrStderr())
 			o.Log = cmd.OutOrStdout()
 			if err := install.Install(cmd.Context(), o); err != nil {
 				return err

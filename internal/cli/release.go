@@ -108,7 +108,7 @@ func newReleasePin() *cobra.Command {
 			if setVersion && clusterFile == "" {
 				return usageErr("--set-version needs --cluster")
 			}
-			f := &release.Fetcher{Progress: progressPrinter(cmd.ErrOrStderr())}
+			f := fetcher(cmd.ErrOrStderr())
 			digest, doc, err := release.Pin(cmd.Context(), f, channel, version)
 			if err != nil {
 				return err
@@ -190,7 +190,7 @@ func newReleaseVerify() *cobra.Command {
 					return fmt.Errorf("%s pins release %s to %q, which is not a digest (sha256: followed by 64 lowercase hexadecimal digits)", clusterFile, version, p)
 				}
 			}
-			f := &release.Fetcher{Progress: progressPrinter(cmd.ErrOrStderr())}
+			f := fetcher(cmd.ErrOrStderr())
 			doc, err := release.Verify(cmd.Context(), f, channel, version, p)
 			if err != nil {
 				return err
@@ -210,6 +210,14 @@ func newReleaseVerify() *cobra.Command {
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "a Cluster manifest that pins the release")
 	o.add(cmd)
 	return cmd
+}
+
+// fetcher downloads releases for the CLI, printing progress and each retry with its reason
+// on w while it retries.
+func fetcher(w io.Writer) *release.Fetcher {
+	return &release.Fetcher{Progress: progressPrinter(w), Retrying: func(r release.Retry) {
+		fmt.Fprintf(w, "  %s: %v; attempt %d of %d in %s\n", r.File, r.Err, r.Attempt, r.Of, r.Wait)
+	}}
 }
 
 // progressPrinter reports download progress, a line per file every 10%.

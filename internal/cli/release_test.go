@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,4 +96,32 @@ func TestReleasePublishPinVerify(t *testing.T) {
 		t.Errorf("verify of a tampered release: %d %s", code, errOut)
 	}
 
+}
+
+// TestRetriesAreShown: while a channel answers 503, each retry is printed with its reason.
+func TestRetriesAreShown(t *testing.T) {
+	channel := t.TempDir()
+	rel := makeRelease(t, "2026.08.02-001", "retry me")
+	if code, _, errOut := run(t, "release", "publish", "--channel", channel, rel); code != exitOK {
+		t.Fatal(errOut)
+	}
+	var fails atomic.Int32
+	files := http.FileServer(http.Dir(channel))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fails.Add(1) <= 2 {
+			http.Error(w, "try later", http.StatusServiceUnavailable)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	code, out, errOut := run(t, "release", "pin", "--channel", srv.URL, "--version", "2026.08.02-001")
+	if code != exitOK || !strings.HasPrefix(out, "2026.08.02-001 sha256:") {
+		t.Fatalf("pin through two 503s: exit %d %s %s", code, out, errOut)
+	}
+	for _, w := range []string{"503", "attempt 2 of 6", "attempt 3 of 6"} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errOut)
+		}
+	}
 }

@@ -90,7 +90,7 @@ func Install(ctx context.Context, o Options) (err error) {
 			return err
 		}
 	}
-	specArgs, err := bootArgs(layerData, o.Machine)
+	specArgs, wantedVersion, err := bootArgs(layerData, o.Machine)
 	if err != nil {
 		return err
 	}
@@ -119,6 +119,11 @@ func Install(ctx context.Context, o Options) (err error) {
 	}
 	if doc.Components.K3s.StandIn {
 		step("warning: release %s carries liken's k3s stand-in, not k3s: for tests only", version)
+	}
+	if wantedVersion != "" && wantedVersion != version {
+		// Allowed (a machine may be installed with an older release and upgraded), but the
+		// agent will move the machine to the layer's release at its first reboot turn.
+		step("warning: the layer's Cluster wants release %s, and this installs %s: the machine will upgrade to %s once it joins", wantedVersion, version, wantedVersion)
 	}
 
 	step("partitioning %s", o.Disk)
@@ -173,21 +178,24 @@ func Install(ctx context.Context, o Options) (err error) {
 // bootArgs are the kernel arguments of the first boot: the layer's Cluster's, and its
 // Machine's when the disk is bound to one (or the layer holds only one). A machine found by
 // its hardware at boot gets its own arguments staged by the agent and tried at the next reboot.
-func bootArgs(layerData []byte, machine string) (string, error) {
+//
+// It also returns the release the layer says the machine should run: its Machine's
+// spec.version, else the Cluster's.
+func bootArgs(layerData []byte, machine string) (string, string, error) {
 	_, files, err := layer.Read(bytes.NewReader(layerData), layer.DefaultLimits)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	var c v1alpha1.Cluster
 	if err := yaml.UnmarshalStrict(files[layer.ClusterManifest], &c); err != nil {
-		return "", fmt.Errorf("the layer's Cluster: %w", err)
+		return "", "", fmt.Errorf("the layer's Cluster: %w", err)
 	}
 	var machines []v1alpha1.Machine
 	for name, b := range files {
 		if strings.HasPrefix(name, layer.MachinesDir+"/") {
 			var m v1alpha1.Machine
 			if err := yaml.UnmarshalStrict(b, &m); err != nil {
-				return "", fmt.Errorf("the layer's %s: %w", name, err)
+				return "", "", fmt.Errorf("the layer's %s: %w", name, err)
 			}
 			if machine == "" || m.Name == machine {
 				machines = append(machines, m)
@@ -195,10 +203,14 @@ func bootArgs(layerData []byte, machine string) (string, error) {
 		}
 	}
 	var margs []v1alpha1.KernelArg
+	wanted := string(c.Spec.Version)
 	if len(machines) == 1 {
 		margs = machines[0].Spec.KernelArgs
+		if machines[0].Spec.Version != "" {
+			wanted = string(machines[0].Spec.Version)
+		}
 	}
-	return bootloader.JoinArgs(c.Spec.KernelArgs, margs), nil
+	return bootloader.JoinArgs(c.Spec.KernelArgs, margs), wanted, nil
 }
 
 func forMachine(m string) string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/manifest"
@@ -98,5 +100,20 @@ func TestInstallRefusesMountedImage(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "is in use") {
 			t.Errorf("install onto %s (mounted): %v", d, err)
 		}
+	}
+}
+
+// TestWantedVersionFromLayer: install compares the release it writes with the one the
+// layer asks for (the Machine's spec.version, else the Cluster's) and warns when they differ.
+func TestWantedVersionFromLayer(t *testing.T) {
+	b, err := os.ReadFile(exampleLayer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, _ := manifest.Load(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
+	want, _, _ := unstructured.NestedString(docs[0].Object.Object, "spec", "version")
+	_, got, err := bootArgs(b, "agent-1")
+	if err != nil || got != want || want == "" {
+		t.Errorf("wanted version %q, %v; want the Cluster's %q", got, err, want)
 	}
 }

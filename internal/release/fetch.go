@@ -42,6 +42,18 @@ type Fetcher struct {
 	StallTimeout time.Duration
 	// Progress, when set, is called as bytes arrive (at most every BufferSize bytes).
 	Progress func(Progress)
+	// Retrying, when set, is called before each new attempt after a failure that may pass:
+	// what failed, and how long the fetcher waits before it tries again.
+	Retrying func(Retry)
+}
+
+// Retry describes a failed attempt that will be tried again.
+type Retry struct {
+	File string
+	// Attempt is the attempt about to be made (2 for the first retry) of Of in all.
+	Attempt, Of int
+	Wait        time.Duration
+	Err         error
 }
 
 const bufferSize = 1 << 20
@@ -171,6 +183,9 @@ func (f *Fetcher) download(ctx context.Context, channel, rel string, size int64,
 		var p permanent
 		if errors.As(err, &p) || ctx.Err() != nil {
 			return err
+		}
+		if f.Retrying != nil && attempt < f.Retries {
+			f.Retrying(Retry{File: rel, Attempt: attempt + 2, Of: f.Retries + 1, Wait: backoff, Err: err})
 		}
 	}
 	return fmt.Errorf("fetching %s: giving up after %d attempts: %w", rel, f.Retries+1, last)
