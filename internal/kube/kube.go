@@ -13,20 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"liken.dev/liken/api/v1alpha1"
 )
 
-// Scheme knows the built-in kinds and liken's.
+// Scheme knows liken's kinds (and the meta kinds a list or watch of them needs). The
+// built-in kinds live in client-go's own scheme; copying its sixty groups here made every
+// liken command start 15 ms slower.
 var Scheme = runtime.NewScheme()
 
 func init() {
-	if err := clientgoscheme.AddToScheme(Scheme); err != nil {
-		panic(err)
-	}
 	if err := v1alpha1.AddToScheme(Scheme); err != nil {
 		panic(err)
 	}
