@@ -87,7 +87,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 deployment layers, builds, publishes, pins and verifies releases, and installs machines.
 
 Exit codes: 0 ok, 1 the command failed (invalid manifests, a failed download, ...),
-2 the command line is wrong, 3 the command is planned but not built yet.`,
+2 the command line is wrong, 3 the command is planned but not built yet. diff, when it
+comes, exits 0 when it finds no difference and 1 when it finds some, as kubectl diff does,
+and 4 when it fails.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Cobra would print its help and exit 0 for a bare "liken".

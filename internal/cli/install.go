@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 func newInstall() *cobra.Command {
 	var (
+		out     output
 		o       install.Options
 		size    string
 		slotMiB int
@@ -50,11 +52,19 @@ checked against the pin as it is written. A disk that is not empty is refused un
 			o.Layout = disk.DefaultLayout
 			o.Layout.SlotMiB = slotMiB
 			o.Fetcher = fetcher(cmd.ErrOrStderr())
-			o.Log = cmd.OutOrStdout()
-			if err := install.Install(cmd.Context(), o); err != nil {
+			if err := out.check(); err != nil {
 				return err
 			}
-			return nil
+			// The steps are the result in text; with -o they are progress, on stderr.
+			o.Log = cmd.OutOrStdout()
+			if out.format != "" {
+				o.Log = cmd.ErrOrStderr()
+			}
+			res, err := install.Install(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return out.print(cmd.OutOrStdout(), res, func(io.Writer) {})
 		},
 	}
 	f := cmd.Flags()
@@ -68,6 +78,7 @@ checked against the pin as it is written. A disk that is not empty is refused un
 	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot")
 	f.StringVar(&size, "size", "", "create --disk as an image file of this size (such as 4G or 3072M)")
 	f.IntVar(&slotMiB, "slot-size", disk.DefaultLayout.SlotMiB, "size of each slot in MiB")
+	out.add(cmd)
 	return cmd
 }
 

@@ -48,8 +48,18 @@ type Options struct {
 	Log        io.Writer
 }
 
+// Result is what an install wrote.
+type Result struct {
+	Disk    string `json:"disk"`
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+	// Machine is the Machine the disk is bound to; empty when found by hardware at boot.
+	Machine string `json:"machine,omitempty"`
+	Role    string `json:"role"`
+}
+
 // Install writes the disk.
-func Install(ctx context.Context, o Options) (err error) {
+func Install(ctx context.Context, o Options) (res Result, err error) {
 	// An image file this install creates is removed again when the install fails: half an
 	// image is no install, and a rerun would refuse it as not empty.
 	if _, serr := os.Stat(o.Disk); errors.Is(serr, os.ErrNotExist) && o.SizeMiB > 0 {
@@ -73,49 +83,49 @@ func Install(ctx context.Context, o Options) (err error) {
 		o.Fetcher = &release.Fetcher{}
 	}
 	if !apirelease.ValidDigest(o.Pin) {
-		return fmt.Errorf("--pin %q is not a release digest ('sha256:' and 64 hex digits)", o.Pin)
+		return res, fmt.Errorf("--pin %q is not a release digest ('sha256:' and 64 hex digits)", o.Pin)
 	}
 
 	// Everything that can be refused is checked before the disk is touched.
 	layerData, err := os.ReadFile(o.Layer)
 	if err != nil {
-		return fmt.Errorf("reading the layer: %w", err)
+		return res, fmt.Errorf("reading the layer: %w", err)
 	}
 	idx, _, err := layer.Read(bytes.NewReader(layerData), layer.DefaultLimits)
 	if err != nil {
-		return fmt.Errorf("%s: %w", o.Layer, err)
+		return res, fmt.Errorf("%s: %w", o.Layer, err)
 	}
 	if o.Machine != "" {
 		if layerData, idx, err = layer.Narrow(layerData, o.Machine); err != nil {
-			return err
+			return res, err
 		}
 	}
 	specArgs, wantedVersion, err := bootArgs(layerData, o.Machine)
 	if err != nil {
-		return err
+		return res, err
 	}
 	if int64(len(layerData)+16) > int64(o.Layout.LayerMiB)<<20 {
-		return fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)
+		return res, fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)
 	}
 	if err := checkDisk(o); err != nil {
-		return err
+		return res, err
 	}
 	version := o.Version
 	if version == "" {
 		if version, err = lookUp(ctx, o.Fetcher, o.Channel, o.Pin); err != nil {
-			return err
+			return res, err
 		}
 	}
 	doc, _, err := o.Fetcher.Document(ctx, o.Channel, version, o.Pin)
 	if err != nil {
-		return err
+		return res, err
 	}
 	slot, efi := doc.File(apirelease.RoleSlot), doc.File(apirelease.RoleBootloader)
 	if slot == nil || efi == nil {
-		return fmt.Errorf("release %s has no slot image or no boot loader: it cannot be installed", version)
+		return res, fmt.Errorf("release %s has no slot image or no boot loader: it cannot be installed", version)
 	}
 	if slot.Size > int64(o.Layout.SlotMiB)<<20 {
-		return fmt.Errorf("release %s's slot image (%d bytes) does not fit a %d MiB slot", version, slot.Size, o.Layout.SlotMiB)
+		return res, fmt.Errorf("release %s's slot image (%d bytes) does not fit a %d MiB slot", version, slot.Size, o.Layout.SlotMiB)
 	}
 	if doc.Components.K3s.StandIn {
 		step("warning: release %s carries liken's k3s stand-in, not k3s: for tests only", version)
@@ -128,51 +138,51 @@ func Install(ctx context.Context, o Options) (err error) {
 
 	step("partitioning %s", o.Disk)
 	if err := disk.Partition(o.Disk, o.Layout); err != nil {
-		return err
+		return res, err
 	}
 	parts, err := disk.Read(o.Disk)
 	if err != nil {
-		return err
+		return res, err
 	}
 	a := parts[disk.SlotA]
 	step("writing release %s into slot A (%d bytes, verified as it streams)", version, slot.Size)
 	if err := o.Fetcher.File(ctx, o.Channel, version, *slot, release.PartitionTarget{Path: o.Disk, Offset: a.Offset, Size: a.Size}); err != nil {
-		return err
+		return res, err
 	}
 	work, err := os.MkdirTemp("", "liken-install-")
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer os.RemoveAll(work)
 	efiPath := filepath.Join(work, "bootx64.efi")
 	if err := o.Fetcher.File(ctx, o.Channel, version, *efi, release.FileTarget{Path: efiPath}); err != nil {
-		return err
+		return res, err
 	}
 	step("writing the ESP (GRUB, A/B configuration, environment block)")
 	slots := bootloader.Slots{bootloader.SlotA: {State: bootloader.SlotReady, Version: version, Digest: o.Pin, SHA256: slot.SHA256, Size: slot.Size, At: time.Now().UTC().Truncate(time.Second)}}
 	if err := writeESP(work, efiPath, o, specArgs, parts[disk.ESP], slots); err != nil {
-		return err
+		return res, err
 	}
 	step("writing the %s layer%s (%d bytes)", idx.Role, forMachine(o.Machine), len(layerData))
 	if err := writeLayer(o.Disk, parts[disk.Layer], layerData); err != nil {
-		return err
+		return res, err
 	}
 	st := parts[disk.State]
 	step("formatting the state partition (%d MiB)", st.Size>>20)
 	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", disk.State, "-E", fmt.Sprintf("offset=%d", st.Offset), o.Disk, fmt.Sprintf("%dk", st.Size>>10)).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("mkfs.ext4: %w: %s", err, out)
+		return res, fmt.Errorf("mkfs.ext4: %w: %s", err, out)
 	}
 	f, err := os.OpenFile(o.Disk, os.O_WRONLY, 0)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", o.Disk, err)
+		return res, fmt.Errorf("syncing %s: %w", o.Disk, err)
 	}
 	step("done: %s boots release %s from slot A", o.Disk, version)
-	return nil
+	return Result{Disk: o.Disk, Version: version, Digest: o.Pin, Machine: o.Machine, Role: string(idx.Role)}, nil
 }
 
 // bootArgs are the kernel arguments of the first boot: the layer's Cluster's, and its

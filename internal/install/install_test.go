@@ -65,7 +65,7 @@ func TestInstallRefuses(t *testing.T) {
 			}
 			o.Channel, o.Layout = "file:///nonexistent", small
 			before, _ := os.ReadFile(o.Disk)
-			err := Install(context.Background(), o)
+			_, err := Install(context.Background(), o)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want %q", err, tt.want)
 			}
@@ -96,7 +96,7 @@ func TestInstallRefusesMountedImage(t *testing.T) {
 	}
 	defer exec.Command("umount", mnt).Run()
 	for _, d := range []string{img, loop} {
-		err := Install(context.Background(), Options{Disk: d, Wipe: true, Layer: exampleLayer(t), Pin: "sha256:" + strings.Repeat("0", 64), Channel: "file:///x", Layout: small})
+		_, err := Install(context.Background(), Options{Disk: d, Wipe: true, Layer: exampleLayer(t), Pin: "sha256:" + strings.Repeat("0", 64), Channel: "file:///x", Layout: small})
 		if err == nil || !strings.Contains(err.Error(), "is in use") {
 			t.Errorf("install onto %s (mounted): %v", d, err)
 		}

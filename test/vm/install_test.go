@@ -53,7 +53,7 @@ func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath str
 	diskPath = filepath.Join(t.TempDir(), role+".img")
 	var log strings.Builder
 	start := time.Now()
-	err = install.Install(context.Background(), install.Options{
+	_, err = install.Install(context.Background(), install.Options{
 		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(role)], Disk: diskPath,
 		SizeMiB: testLayout.MinSizeMiB() + 16, Machine: machine, Layout: testLayout,
 		KernelArgs: kernelArgs, Log: &log,

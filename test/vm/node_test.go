@@ -132,7 +132,7 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 	u, _ := url.Parse(env.Host)
 	guestAPI := "https://10.0.2.2:" + u.Port()
 	d := filepath.Join(t.TempDir(), "vm-1.img")
-	if err := install.Install(context.Background(), install.Options{
+	if _, err := install.Install(context.Background(), install.Options{
 		Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[v1alpha1.RoleServer], Disk: d,
 		SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
 	}); err != nil {
