@@ -19,6 +19,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
 )
@@ -180,4 +181,76 @@ func rebootingEvents(t *testing.T, f *fixture, machine, substr string) int {
 		}
 	}
 	return n
+}
+
+// TestApprovedRebootWithoutNewRelease: an approved Reboot-class change that needs no new
+// release (the network) reboots, with no trial, and nothing before its approval. A spec
+// change after the reboot was taken starts no slot write before the machine is down.
+func TestApprovedRebootWithoutNewRelease(t *testing.T) {
+	const v1, v2 = "2026.11.01-001", "2026.11.02-001"
+	ch := newTestChannel(t, v1, v2)
+	f := setup(t, map[string]v1alpha1.Role{"n1": v1alpha1.RoleAgent})
+	old, _ := f.liken.Cluster(t.Context())
+	t.Cleanup(func() {
+		c, err := f.liken.Cluster(context.Background())
+		if err == nil {
+			c.Spec = old.Spec
+			_, err = f.liken.UpdateCluster(context.Background(), c)
+		}
+		if err != nil {
+			t.Errorf("restoring the Cluster: %v", err)
+		}
+	})
+	f.editCluster(func(c *v1alpha1.Cluster) {
+		c.Spec.Channel = ch.URL + "/"
+		c.Spec.Releases = map[string]v1alpha1.Digest{v1: v1alpha1.Digest(ch.pins[v1]), v2: v1alpha1.Digest(ch.pins[v2])}
+		c.Spec.Version = v1
+	})
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1]}}}}
+	boot.boot("boot-1", "A", false, "")
+	n1 := newSim(t, "n1", v1alpha1.RoleAgent)
+	n1.bootCtl = boot
+	slotDir := t.TempDir()
+	n1.slotDevice = func(slot string) (release.PartitionTarget, error) {
+		return release.PartitionTarget{Path: filepath.Join(slotDir, slot+".img"), Size: 2 << 20}, nil
+	}
+	n1.boot(t, f)
+	n1.start(t)
+	f.waitFor(t, "n1", "running v1", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Release.Version == v1 && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+
+	f.editMachine("n1", func(m *v1alpha1.Machine) {
+		m.Spec.Network = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true}}}
+	})
+	f.waitFor(t, "n1", "the network change waiting for approval", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.network") && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+	if boot.rebootCount() != 0 {
+		t.Fatal("rebooted before the approval")
+	}
+	approve(f, "n1")
+	waitCount(t, "the approved reboot", func() bool { return boot.rebootCount() == 1 })
+	if r := boot.lastReboot(); r.TrialSlot != "" {
+		t.Errorf("reboot request %+v; a network change boots no trial", r)
+	}
+	f.waitFor(t, "n1", "status Rebooting", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootRebooting
+	})
+
+	// The machine has not gone down yet (the fake leaves the agent running): a new release
+	// now must wait for the next boot, not be written into a slot.
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Version = v2 })
+	time.Sleep(2 * time.Second)
+	if n := ch.gets[v2].Load(); n != 0 {
+		t.Errorf("release %s was fetched %d times after the reboot was taken", v2, n)
+	}
+	boot.mu.Lock()
+	refused := boot.slotWritesRefused
+	boot.mu.Unlock()
+	if refused != 0 {
+		t.Errorf("the agent tried to write a slot %d times after the reboot was taken", refused)
+	}
+	n1.stop()
 }

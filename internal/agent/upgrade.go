@@ -42,6 +42,8 @@ type slotJob struct {
 	slot, version, digest string
 	verifyOnly            bool
 	cancel                context.CancelFunc
+	// exited is closed when the job's goroutine has returned.
+	exited chan struct{}
 
 	mu          sync.Mutex
 	done, total int64
@@ -61,6 +63,9 @@ type upgradeView struct {
 	release *v1alpha1.RunningRelease
 	// staged: the inactive slot holds the wanted release, verified this boot.
 	staged bool
+	// releaseReady: a reboot now would run the wanted release, because it runs already or
+	// is staged. A reboot for other changes waits for it, so one approval covers both.
+	releaseReady bool
 	// trialSlot and trialArgs are what a reboot now would try; empty slot: a plain reboot.
 	trialSlot, trialArgs string
 	wantVersion, digest  string
@@ -325,6 +330,12 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		return v
 	}
 	v.status.TargetVersion, v.status.TargetDigest = version, digest
+	if a.rebooting {
+		// The reboot is armed with the slots as they are: a spec change from now on waits
+		// for the next boot, and no slot job starts (stopJob waited for any running one).
+		v.status.Message = "the machine is going down for its reboot; changes made now are acted on after it"
+		return v
+	}
 	if v.release.Trial {
 		v.status.State, v.status.TargetSlot = v1alpha1.UpgradeTrial, v1alpha1.Slot(bi.Slot)
 		v.status.Message = fmt.Sprintf("trial boot of slot %s: it becomes the default once k3s is healthy, the node Ready and the spec applied", bi.Slot)
@@ -332,6 +343,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	}
 	if running.Digest == digest {
 		a.stopJob()
+		v.releaseReady = true
 		v.status.TargetSlot = v1alpha1.Slot(bi.Slot)
 		v.status.Message = fmt.Sprintf("running release %s from slot %s", version, bi.Slot)
 		if v.trialArgs != bi.KernelArgs {
@@ -351,7 +363,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	}
 	rec := bi.Slots[target]
 	if rec.Holds(digest) && a.verified[target] == digest {
-		v.status.State, v.staged, v.trialSlot = v1alpha1.UpgradeStaged, true, target
+		v.status.State, v.staged, v.releaseReady, v.trialSlot = v1alpha1.UpgradeStaged, true, true, target
 		v.status.Message = fmt.Sprintf("slot %s holds release %s, verified; it boots as a trial at the next reboot", target, version)
 		return v
 	}
@@ -383,9 +395,12 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	return v
 }
 
+// stopJob stops the slot job and waits until it has stopped: nothing writes a slot after
+// this returns (the reboot path relies on it).
 func (a *Agent) stopJob() {
 	if a.job != nil {
 		a.job.cancel()
+		<-a.job.exited
 		a.job = nil
 	}
 }
@@ -393,12 +408,13 @@ func (a *Agent) stopJob() {
 // startJob writes the release into slot (or checks the slot's bytes) in the background.
 func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, slot, version, digest string, verifyOnly bool) *slotJob {
 	jctx, cancel := context.WithCancel(ctx)
-	j := &slotJob{slot: slot, version: version, digest: digest, verifyOnly: verifyOnly, cancel: cancel}
+	j := &slotJob{slot: slot, version: version, digest: digest, verifyOnly: verifyOnly, cancel: cancel, exited: make(chan struct{})}
 	a.job = j
 	channel := string(c.Spec.Channel)
 	rec := a.bootInfo.Slots[slot]
 	obj := m.DeepCopy()
 	go func() {
+		defer close(j.exited)
 		var err error
 		if verifyOnly {
 			err = a.checkSlot(jctx, j, rec)
@@ -574,7 +590,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 			rebootFields = true
 		}
 	}
-	if why == "" && rebootFields && v.staged {
+	if why == "" && rebootFields && v.releaseReady {
 		if !a.approved(m, hash) {
 			// Reboots under rebootPolicy Auto wait for the coordinator's turn, which is
 			// not built yet: only an approval of this exact pending set reboots.
@@ -617,6 +633,8 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	}
 	a.events.Event(m, corev1.EventTypeNormal, "Rebooting", msg)
 	a.rebooting, out.rebooting = true, true
+	// Nothing writes a slot from here on: the trial armed next names the slots as they are.
+	a.stopJob()
 	a.sayLastWords(ctx, m, out)
 	if err := a.cfg.Boot.Reboot(ctx, req); err != nil {
 		a.st.Attempt = nil

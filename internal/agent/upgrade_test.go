@@ -38,6 +38,10 @@ type fakeBoot struct {
 	// onReboot, when set, runs as a reboot request arrives, before it is taken: what the
 	// machine said by then is all an operator will ever see from this boot.
 	onReboot func(supervisor.RebootRequest)
+	// rebootPending: a reboot was taken and the fake machine has not booted again; slot
+	// writes are refused meanwhile, as init refuses them; slotWritesRefused counts them.
+	rebootPending     bool
+	slotWritesRefused int
 }
 
 func (b *fakeBoot) BootInfo(context.Context) (*supervisor.BootInfo, error) {
@@ -58,6 +62,10 @@ func (b *fakeBoot) SetSlot(_ context.Context, slot string, r bootloader.SlotReco
 	if slot == b.info.Slot || (b.info.Trial && !b.info.Committed && slot == b.info.DefaultSlot) {
 		return fmt.Errorf("slot %s is in use", slot)
 	}
+	if b.rebootPending {
+		b.slotWritesRefused++
+		return errors.New("a reboot is under way")
+	}
 	b.info.Slots[slot] = r
 	return nil
 }
@@ -75,6 +83,7 @@ func (b *fakeBoot) Reboot(_ context.Context, r supervisor.RebootRequest) error {
 		return fmt.Errorf("slot %s holds no verified release", r.TrialSlot)
 	}
 	b.reboots = append(b.reboots, r)
+	b.rebootPending = true
 	if r.TrialSlot != "" {
 		b.info.Boots[len(b.info.Boots)-1].Armed = r.TrialSlot
 	}
@@ -125,6 +134,7 @@ func (b *fakeBoot) boot(id, slot string, trial bool, args string, records ...sta
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.info.BootID, b.info.Slot, b.info.Trial, b.info.Committed, b.info.KernelArgs = id, slot, trial, false, args
+	b.rebootPending = false
 	b.info.Boots = append(b.info.Boots, records...)
 	b.info.Boots = append(b.info.Boots, state.BootRecord{ID: id, Slot: slot, Trial: trial})
 }

@@ -135,6 +135,10 @@ func (b *bootControl) SetSlot(slot string, r bootloader.SlotRecord) error {
 	if slot == b.slot {
 		return fmt.Errorf("slot %s is running: it cannot be rewritten", slot)
 	}
+	if b.rebootPending {
+		// The reboot was asked for with the slots as they are (a trial may be armed).
+		return fmt.Errorf("a reboot is under way: slot %s is not rewritten before it", slot)
+	}
 	return b.withESP(func(e bootloader.ESP) error {
 		env, err := e.Env()
 		if err != nil {
