@@ -185,7 +185,8 @@ const (
 
 // PendingChange is one staged change.
 type PendingChange struct {
-	// Field is the spec path, such as machine.spec.network or cluster.spec.version.
+	// Field is the spec path, such as machine.spec.network or cluster.spec.version;
+	// machine.spec.reboot.request for an operator's reboot request not carried out yet.
 	Field string `json:"field"`
 	// Class is NextBoot or Reboot.
 	Class ChangeClass `json:"class"`

@@ -375,7 +375,9 @@ type RebootControl struct {
 	// (status.pendingHash). An approval for any other set is ignored.
 	// +optional
 	Approval *RebootApproval `json:"approval,omitempty"`
-	// Request asks for a reboot when nothing has changed. A new request time asks again.
+	// Request asks for a reboot when nothing has changed. It is pending (status.pending
+	// lists machine.spec.reboot.request) until the machine boots after requestedAt, and it
+	// waits for an approval and a turn like any other reboot. A new request time asks again.
 	// +optional
 	Request *RebootRequest `json:"request,omitempty"`
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -108,6 +110,10 @@ func TestLastWordsBeforeReboot(t *testing.T) {
 		f.editMachine("w1", func(m *v1alpha1.Machine) {
 			m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: metav1.NewTime(at), RequestedBy: "test"}}
 		})
+		f.waitFor(t, "w1", "the request pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+		})
+		approve(f, "w1")
 	}
 	request(requested)
 	waitCount(t, "the first reboot request", func() bool { return boot.rebootCount() == 1 })
@@ -253,4 +259,72 @@ func TestApprovedRebootWithoutNewRelease(t *testing.T) {
 		t.Errorf("the agent tried to write a slot %d times after the reboot was taken", refused)
 	}
 	n1.stop()
+}
+
+// TestRebootRequest: an operator's request is pending like a change and reboots only once
+// approved (under Manual); a reboot call that fails leaves it to be carried out; a boot after
+// the request carries it out, so neither a kept approval nor a lost state file reboots the
+// machine again.
+func TestRebootRequest(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"q1": v1alpha1.RoleAgent})
+	c, err := f.liken.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: string(c.Spec.Version), Digest: string(c.Spec.Releases[string(c.Spec.Version)])}}}}
+	boot.boot("boot-1", "A", false, "")
+	q1 := newSim(t, "q1", v1alpha1.RoleAgent)
+	q1.bootCtl = boot
+	q1.boot(t, f)
+	q1.start(t)
+	f.waitFor(t, "q1", "running", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+
+	at := metav1.NewTime(time.Now().Truncate(time.Second))
+	f.editMachine("q1", func(m *v1alpha1.Machine) {
+		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: at, RequestedBy: "alice", Reason: "driver bound the wrong device"}}
+	})
+	f.waitFor(t, "q1", "the request waiting for approval", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+	if boot.rebootCount() != 0 {
+		t.Fatal("a request rebooted without an approval under rebootPolicy Manual")
+	}
+
+	// The first reboot call fails (init unreachable): the request is not forgotten.
+	boot.mu.Lock()
+	boot.failReboots = 1
+	boot.mu.Unlock()
+	approve(f, "q1")
+	waitCount(t, "the approved request carried out after a failed reboot call", func() bool { return boot.rebootCount() == 1 })
+	if r := boot.lastReboot(); r.TrialSlot != "" || !strings.Contains(r.Why, "alice asked for a reboot") || !strings.Contains(r.Why, "driver bound the wrong device") {
+		t.Errorf("reboot request %+v", r)
+	}
+
+	// The machine is back: the request is done, though the spec still holds it and its
+	// approval; with the state file lost as well, nothing reboots it again.
+	for i, lose := range []bool{false, true} {
+		q1.stop()
+		if lose {
+			os.RemoveAll(filepath.Join(q1.dir, "state"))
+		}
+		boot.boot(fmt.Sprintf("boot-%d", i+2), "A", false, "")
+		if lose {
+			// A machine clock an hour behind: only the status says the request was done.
+			boot.mu.Lock()
+			boot.info.BootTime = at.Add(-time.Hour)
+			boot.mu.Unlock()
+		}
+		q1.start(t)
+		f.waitFor(t, "q1", "the request carried out", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return !hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootNone
+		})
+		time.Sleep(time.Second)
+		if n := boot.rebootCount(); n != 1 {
+			t.Fatalf("%d reboots for one request (state file lost: %v)", n, lose)
+		}
+	}
+	q1.stop()
 }

@@ -57,6 +57,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if err := a.resolveAttempt(m); err != nil {
 			return err
 		}
+		a.adoptStatusRecords(m)
 		a.attemptResolved = true
 	}
 	desired := change.Spec{Cluster: c.Spec, Machine: m.Spec}
@@ -96,6 +97,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	pending, err := a.pending(newApplied, desired, out)
 	if err != nil {
 		return err
+	}
+	if p := a.requestPending(m); p != nil {
+		pending = append(pending, *p)
+		sort.Slice(pending, func(i, j int) bool { return pending[i].Field < pending[j].Field })
 	}
 	for _, ch := range changes {
 		if !change.Staged(ch.Class) {

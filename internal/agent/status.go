@@ -39,7 +39,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		s.Upgrade = *v.status.DeepCopy()
 		failed = v.failed
 		switch {
-		case v.status.State == v1alpha1.UpgradeFellBack:
+		case v.status.State == v1alpha1.UpgradeFellBack && onlyVersionsPending(s.Pending):
 			s.Reboot.State, s.Reboot.Message = v1alpha1.RebootNone, "no reboot: the wanted release failed its trial here"
 		case v.status.State == v1alpha1.UpgradeDownloading && s.Reboot.State != v1alpha1.RebootNone:
 			s.Reboot.Message = "the new release is still being written into the inactive slot; " + s.Reboot.Message
@@ -64,6 +64,16 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		meta.SetStatusCondition(&s.Conditions, c)
 	}
 	return s
+}
+
+// onlyVersionsPending: the only Reboot-class entries pending are releases.
+func onlyVersionsPending(pending []v1alpha1.PendingChange) bool {
+	for _, p := range pending {
+		if p.Class == v1alpha1.Reboot && p.Field != "cluster.spec.version" && p.Field != "machine.spec.version" {
+			return false
+		}
+	}
+	return true
 }
 
 // rebootState says what a staged reboot waits for. Taking the reboot is the coordinator's

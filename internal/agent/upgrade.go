@@ -359,6 +359,8 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.status.Message = fmt.Sprintf("release %s failed its trial on %s (%s: %s); it is tried again only when spec.retryFailedDigest names %s (once per change of the Machine)",
 			version, f.At.Format(time.RFC3339), f.Reason, f.Message, digest)
 		v.failed = f
+		// Not retried, so it holds back no reboot for other changes or a request.
+		v.releaseReady = true
 		return v
 	}
 	rec := bi.Slots[target]
@@ -578,30 +580,32 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	if a.cfg.Boot == nil || bi == nil || (bi.Trial && !bi.Committed) || a.rebooting {
 		return a.rebooting, nil
 	}
-	why := ""
-	if req := m.Spec.Reboot; req != nil && req.Request != nil && (a.st.LastRequestHandled == nil || req.Request.RequestedAt.After(a.st.LastRequestHandled.Time)) {
-		why = "an operator asked for a reboot"
-		t := req.Request.RequestedAt
-		a.st.LastRequestHandled = &t
-	}
+	// Every reboot, an operator's request included (it is pending like a change), needs an
+	// approval of exactly the pending set, and waits while a wanted release is still being
+	// written, so one approval covers all of it. Under rebootPolicy Auto the reboot waits
+	// for the coordinator's turn, which is not built yet: only an approval reboots.
 	rebootFields := false
 	for _, p := range a.st.Pending {
 		if p.Class == v1alpha1.Reboot {
 			rebootFields = true
 		}
 	}
-	if why == "" && rebootFields && v.releaseReady {
-		if !a.approved(m, hash) {
-			// Reboots under rebootPolicy Auto wait for the coordinator's turn, which is
-			// not built yet: only an approval of this exact pending set reboots.
-			return false, nil
-		}
-		why = fmt.Sprintf("approved staged changes %s", hash)
-		a.st.ApprovedHash, a.st.ApprovedAt = hash, m.Spec.Reboot.Approval.ApprovedAt
-	}
-	if why == "" {
+	if !rebootFields || !v.releaseReady || !a.approved(m, hash) {
 		return false, nil
 	}
+	prevApproved, prevApprovedAt, prevRequest := a.st.ApprovedHash, a.st.ApprovedAt, a.st.LastRequestHandled
+	why := fmt.Sprintf("approved staged changes %s", hash)
+	if p := a.requestPending(m); p != nil {
+		r := m.Spec.Reboot.Request
+		why = fmt.Sprintf("%s asked for a reboot at %s", orSomeone(r.RequestedBy), r.RequestedAt.UTC().Format(time.RFC3339))
+		if r.Reason != "" {
+			why += " (" + r.Reason + ")"
+		}
+		why += fmt.Sprintf("; approved with staged changes %s", hash)
+		t := r.RequestedAt
+		a.st.LastRequestHandled = &t
+	}
+	a.st.ApprovedHash, a.st.ApprovedAt = hash, m.Spec.Reboot.Approval.ApprovedAt
 	req := supervisor.RebootRequest{Why: why}
 	trialSlot := v.trialSlot
 	if trialSlot == "" && v.trialArgs != bi.KernelArgs {
@@ -637,6 +641,8 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	a.stopJob()
 	a.sayLastWords(ctx, m, out)
 	if err := a.cfg.Boot.Reboot(ctx, req); err != nil {
+		// Not rebooted: the approval and the request are still to be carried out.
+		a.st.ApprovedHash, a.st.ApprovedAt, a.st.LastRequestHandled = prevApproved, prevApprovedAt, prevRequest
 		a.st.Attempt = nil
 		a.rebooting = false
 		a.cfg.State.Save(a.st)
@@ -669,6 +675,59 @@ func (a *Agent) sayLastWords(ctx context.Context, m *v1alpha1.Machine, out *outc
 	a.keepUnsent(a.events.Flush(ctx))
 }
 
+// adoptStatusRecords takes back what the machine's status says it acted on (the request it
+// carried out, the approval it used) when the state file has lost it, so neither is acted
+// on a second time.
+func (a *Agent) adoptStatusRecords(m *v1alpha1.Machine) {
+	rs := m.Status.Reboot
+	if a.st.LastRequestHandled == nil && rs.LastRequestHandled != nil {
+		t := *rs.LastRequestHandled
+		a.st.LastRequestHandled = &t
+	}
+	if a.st.ApprovedHash == "" && rs.ApprovedHash != "" {
+		a.st.ApprovedHash = rs.ApprovedHash
+		if r := m.Spec.Reboot; r != nil && r.Approval != nil && r.Approval.PendingHash == rs.ApprovedHash {
+			a.st.ApprovedAt = r.Approval.ApprovedAt
+		}
+	}
+}
+
+// requestField is the pending entry of an operator's reboot request.
+const requestField = "machine.spec.reboot.request"
+
+// requestPending is the pending entry of an operator's reboot request the machine has not
+// carried out: it asks for a reboot like a Reboot-class change, so it waits for the same
+// approval (bound to the pending hash, which includes it) and the same turn.
+func (a *Agent) requestPending(m *v1alpha1.Machine) *v1alpha1.PendingChange {
+	if a.cfg.Boot == nil || m.Spec.Reboot == nil || m.Spec.Reboot.Request == nil || a.requestHandled(m) {
+		return nil
+	}
+	r := m.Spec.Reboot.Request
+	b, _ := json.Marshal(r)
+	return &v1alpha1.PendingChange{Field: requestField, Class: v1alpha1.Reboot, To: string(b), Since: r.RequestedAt}
+}
+
+// requestHandled: the machine carried out this request (its state file says so, or, with
+// the state file lost, its status), or booted after it was made, which is the reboot it
+// asked for whatever caused it. requestedAt is compared with the boot time to the second;
+// the operator's and the machine's clocks are assumed to agree that far.
+func (a *Agent) requestHandled(m *v1alpha1.Machine) bool {
+	at := m.Spec.Reboot.Request.RequestedAt
+	same := func(t *metav1.Time) bool { return t != nil && t.Time.Equal(at.Time) }
+	if same(a.st.LastRequestHandled) || (a.st.LastRequestHandled == nil && same(m.Status.Reboot.LastRequestHandled)) {
+		return true
+	}
+	bi := a.bootInfo
+	return bi != nil && !bi.BootTime.IsZero() && at.Time.Before(bi.BootTime.Truncate(time.Second))
+}
+
+func orSomeone(who string) string {
+	if who == "" {
+		return "an operator"
+	}
+	return who
+}
+
 // approved reports whether an operator approved exactly this pending set and the approval
 // has not been used for a reboot yet.
 func (a *Agent) approved(m *v1alpha1.Machine, hash string) bool {
@@ -680,7 +739,9 @@ func (a *Agent) approved(m *v1alpha1.Machine, hash string) bool {
 
 func (a *Agent) approvalUsed(m *v1alpha1.Machine) bool {
 	ap := m.Spec.Reboot.Approval
-	return a.st.ApprovedHash == ap.PendingHash && a.st.ApprovedAt != nil && ap.ApprovedAt != nil && a.st.ApprovedAt.Equal(ap.ApprovedAt)
+	// An approval without approvedAt is used once too: nil matches nil.
+	sameTime := (a.st.ApprovedAt == nil && ap.ApprovedAt == nil) || (a.st.ApprovedAt != nil && ap.ApprovedAt != nil && a.st.ApprovedAt.Equal(ap.ApprovedAt))
+	return a.st.ApprovedHash == ap.PendingHash && sameTime
 }
 
 // retryAllowed: spec.retryFailedDigest names digest, and this Machine spec has not used its

@@ -42,6 +42,8 @@ type fakeBoot struct {
 	// writes are refused meanwhile, as init refuses them; slotWritesRefused counts them.
 	rebootPending     bool
 	slotWritesRefused int
+	// failReboots makes that many reboot requests fail, as when init cannot be reached.
+	failReboots int
 }
 
 func (b *fakeBoot) BootInfo(context.Context) (*supervisor.BootInfo, error) {
@@ -78,6 +80,10 @@ func (b *fakeBoot) Reboot(_ context.Context, r supervisor.RebootRequest) error {
 	defer b.mu.Unlock()
 	if b.info.Trial && !b.info.Committed {
 		return errors.New("uncommitted trial")
+	}
+	if b.failReboots > 0 {
+		b.failReboots--
+		return errors.New("init could not be reached (test)")
 	}
 	if r.TrialSlot != "" && b.info.Slots[r.TrialSlot].State != bootloader.SlotReady {
 		return fmt.Errorf("slot %s holds no verified release", r.TrialSlot)
@@ -134,6 +140,7 @@ func (b *fakeBoot) boot(id, slot string, trial bool, args string, records ...sta
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.info.BootID, b.info.Slot, b.info.Trial, b.info.Committed, b.info.KernelArgs = id, slot, trial, false, args
+	b.info.BootTime = time.Now()
 	b.rebootPending = false
 	b.info.Boots = append(b.info.Boots, records...)
 	b.info.Boots = append(b.info.Boots, state.BootRecord{ID: id, Slot: slot, Trial: trial})
@@ -366,7 +373,10 @@ func approve(f *fixture, name string) {
 	}
 	hash := m.Status.PendingHash
 	f.editMachine(name, func(m *v1alpha1.Machine) {
-		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test", ApprovedAt: &metav1.Time{Time: time.Now()}}}
+		if m.Spec.Reboot == nil {
+			m.Spec.Reboot = &v1alpha1.RebootControl{}
+		}
+		m.Spec.Reboot.Approval = &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test", ApprovedAt: &metav1.Time{Time: time.Now()}}
 	})
 }
 

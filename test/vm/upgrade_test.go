@@ -80,7 +80,10 @@ func (j *joined) approve(t *testing.T) string {
 	}
 	hash := m.Status.PendingHash
 	j.editMachine(t, func(m *v1alpha1.Machine) {
-		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "vm-test", ApprovedAt: &metav1.Time{Time: time.Now()}}}
+		if m.Spec.Reboot == nil {
+			m.Spec.Reboot = &v1alpha1.RebootControl{}
+		}
+		m.Spec.Reboot.Approval = &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "vm-test", ApprovedAt: &metav1.Time{Time: time.Now()}}
 	})
 	return hash
 }
@@ -290,13 +293,18 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 	})
 
 	// Kernel arguments that keep the kernel from starting any init (it panics), tried at a
-	// requested reboot.
+	// requested reboot, approved with them.
 	mark := vm.Mark()
 	start := time.Now()
 	j.editMachine(t, func(m *v1alpha1.Machine) {
 		m.Spec.KernelArgs = []v1alpha1.KernelArg{"rdinit=/no-such-init", "init=/no-such-init"}
 		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: metav1.Now(), RequestedBy: "vm-test"}}
 	})
+	j.waitMachine(t, "the request and the kernel arguments waiting for approval", 2*time.Minute, func(m *v1alpha1.Machine) bool {
+		return hasPending(m, "machine.spec.reboot.request") && hasPending(m, "machine.spec.kernelArgs") &&
+			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+	j.approve(t)
 	j.expectRebootSaid(t, vm, mark, 0)
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 0)", 3*time.Minute)
