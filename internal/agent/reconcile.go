@@ -98,10 +98,11 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pending = a.releasePending(pending, m, c)
 	if p := a.requestPending(m); p != nil {
 		pending = append(pending, *p)
-		sort.Slice(pending, func(i, j int) bool { return pending[i].Field < pending[j].Field })
 	}
+	sort.Slice(pending, func(i, j int) bool { return pending[i].Field < pending[j].Field })
 	for _, ch := range changes {
 		if !change.Staged(ch.Class) {
 			out.applied = append(out.applied, ch)

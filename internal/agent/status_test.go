@@ -1,11 +1,17 @@
 package agent
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/change"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
 )
 
 func TestConditions(t *testing.T) {
@@ -83,5 +89,40 @@ func TestRebootState(t *testing.T) {
 	manual := v1alpha1.RebootManual
 	if s, _ := rebootState(&v1alpha1.Machine{Spec: v1alpha1.MachineSpec{RebootPolicy: &manual}}, v1alpha1.RebootAuto, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
 		t.Errorf("Machine Manual overriding Cluster Auto: %s", s)
+	}
+}
+
+// TestReleasePendingNamesDigests: the pending release entry, and so the hash an approval
+// binds to, changes when a version is pinned to another digest, even the running version.
+func TestReleasePendingNamesDigests(t *testing.T) {
+	d := func(c byte) v1alpha1.Digest { return v1alpha1.Digest("sha256:" + strings.Repeat(string(c), 64)) }
+	a := &Agent{st: &state.State{}, cfg: Config{Now: time.Now},
+		bootInfo: &supervisor.BootInfo{Slot: "A", Slots: bootloader.Slots{"A": {Version: "2026.01.01-001", Digest: string(d('a'))}}}}
+	cluster := func(version string, pins map[string]v1alpha1.Digest) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Version: v1alpha1.ReleaseVersion(version), Releases: pins}}
+	}
+	m := &v1alpha1.Machine{}
+	other := v1alpha1.PendingChange{Field: "machine.spec.network", Class: v1alpha1.Reboot, To: "{}"}
+	hash := func(c *v1alpha1.Cluster, m *v1alpha1.Machine) (string, []v1alpha1.PendingChange) {
+		p := a.releasePending([]v1alpha1.PendingChange{other}, m, c)
+		return change.PendingHash(p), p
+	}
+	running, p := hash(cluster("2026.01.01-001", map[string]v1alpha1.Digest{"2026.01.01-001": d('a')}), m)
+	if len(p) != 1 {
+		t.Errorf("running the wanted release: pending %+v; want only the network", p)
+	}
+	h1, p := hash(cluster("2026.02.01-001", map[string]v1alpha1.Digest{"2026.02.01-001": d('b')}), m)
+	if len(p) != 2 || p[1].Field != "cluster.spec.version" || p[1].To != `"2026.02.01-001@`+string(d('b'))+`"` {
+		t.Fatalf("pending %+v", p)
+	}
+	h2, _ := hash(cluster("2026.02.01-001", map[string]v1alpha1.Digest{"2026.02.01-001": d('c')}), m)
+	repinned, p := hash(cluster("2026.01.01-001", map[string]v1alpha1.Digest{"2026.01.01-001": d('c')}), m)
+	if h1 == h2 || h1 == running || repinned == running || len(p) != 2 {
+		t.Errorf("hashes: running %s, v2@b %s, v2@c %s, running version re-pinned %s (pending %+v); want all different", running, h1, h2, repinned, p)
+	}
+	m.Spec.Version = "2026.02.01-001"
+	_, p = hash(cluster("2026.01.01-001", map[string]v1alpha1.Digest{"2026.01.01-001": d('a'), "2026.02.01-001": d('b')}), m)
+	if len(p) != 2 || p[1].Field != "machine.spec.version" {
+		t.Errorf("a Machine's own version: pending %+v", p)
 	}
 }

@@ -692,6 +692,43 @@ func (a *Agent) adoptStatusRecords(m *v1alpha1.Machine) {
 	}
 }
 
+// releasePending makes the pending release entry name digests, not only versions: the
+// entry of the field that chooses the release (the Machine's version, else the Cluster's)
+// goes from the running "version@digest" to the wanted one, and is there exactly when they
+// differ. An approval binds to it through the pending hash, so re-pinning a version to
+// another digest makes an earlier approval stale. Without init's boot information (a
+// machine liken's init did not boot) the entries stay as the spec's difference has them.
+func (a *Agent) releasePending(pending []v1alpha1.PendingChange, m *v1alpha1.Machine, c *v1alpha1.Cluster) []v1alpha1.PendingChange {
+	bi := a.bootInfo
+	if bi == nil {
+		return pending
+	}
+	out := pending[:0:0]
+	for _, p := range pending {
+		if p.Field != "cluster.spec.version" && p.Field != "machine.spec.version" {
+			out = append(out, p)
+		}
+	}
+	version, digest := wanted(m, c)
+	running := bi.Slots[bi.Slot]
+	if version == "" || digest == "" || running.Digest == digest {
+		return out // an unpinned version is a failure in status, not a pending change
+	}
+	field := "cluster.spec.version"
+	if m.Spec.Version != "" {
+		field = "machine.spec.version"
+	}
+	from, _ := json.Marshal(running.Version + "@" + running.Digest)
+	to, _ := json.Marshal(version + "@" + digest)
+	p := v1alpha1.PendingChange{Field: field, Class: v1alpha1.Reboot, From: string(from), To: string(to), Since: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
+	for _, old := range a.st.Pending {
+		if old.Field == p.Field && old.From == p.From && old.To == p.To {
+			p.Since = old.Since
+		}
+	}
+	return append(out, p)
+}
+
 // requestField is the pending entry of an operator's reboot request.
 const requestField = "machine.spec.reboot.request"
 
