@@ -354,12 +354,15 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		if s1.restarts() != before {
 			t.Errorf("a staged change restarted k3s")
 		}
-		// An approval for this exact set turns the wait into a wait for a turn.
+		// An approval for this exact set counts, but this machine has no boot control (liken's
+		// init did not boot it): status says it cannot reboot, instead of "rebooting". The
+		// decision itself is tested with boot control in TestApprovedRebootWithoutNewRelease.
 		f.editMachine("s1", func(m *v1alpha1.Machine) {
 			m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test"}}
 		})
-		f.waitFor(t, "s1", "approved reboot waits for a turn", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-			return m.Status.Reboot.State == v1alpha1.RebootWaitingForTurn && m.Status.PendingHash == hash
+		f.waitFor(t, "s1", "the approval counted, and the machine says it cannot reboot", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return m.Status.Reboot.State == v1alpha1.RebootWaitingForTurn && m.Status.PendingHash == hash &&
+				strings.Contains(m.Status.Reboot.Message, "liken cannot reboot it")
 		})
 		// A new edit while staged changes the set, so the earlier approval no longer counts.
 		f.editMachine("s1", func(m *v1alpha1.Machine) {

@@ -30,6 +30,9 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		rm.Spec.Reboot.Approval = nil
 	}
 	s.Reboot.State, s.Reboot.Message = rebootState(rm, out.clusterPolicy, s.Pending, s.PendingHash)
+	if a.cfg.Boot == nil && s.Reboot.State != v1alpha1.RebootNone {
+		s.Reboot.Message += "; but liken's init did not boot this machine, so liken cannot reboot it"
+	}
 	s.Reboot.ApprovedHash = a.st.ApprovedHash
 	s.Reboot.LastRequestHandled = a.st.LastRequestHandled
 	s.Reboot.LastRebootTime = a.st.LastRebootTime
