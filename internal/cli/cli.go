@@ -40,8 +40,6 @@ var planned = []struct{ name, short, issue string }{
 	{"status", "show the fleet: versions, pending changes, reboot turns", "reboot coordination"},
 	{"upgrade", "set the Cluster's spec.version to a pinned release", "reboot coordination"},
 	{"rollback", "move the fleet or one machine back to an earlier pinned release", "reboot coordination"},
-	{"approve-reboot", "approve a machine's staged reboot", "reboot coordination"},
-	{"request-reboot", "ask a machine to reboot when nothing changed", "reboot coordination"},
 	{"lab", "run a cluster of QEMU machines on this host", "lab"},
 }
 
@@ -84,7 +82,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "liken",
 		Short: "liken manages liken machines and their releases",
 		Long: `liken manages liken machines: it checks Cluster and Machine manifests, builds the
-deployment layers, builds, publishes, pins and verifies releases, and installs machines.
+deployment layers, builds, publishes, pins and verifies releases, installs machines, and
+approves and requests their reboots.
 
 Exit codes: 0 ok, 1 the command failed (invalid manifests, a failed download, ...),
 2 the command line is wrong, 3 the command is planned but not built yet. diff, when it
@@ -102,7 +101,8 @@ and 4 when it fails.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
-	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion())
+	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
+		newApproveReboot(), newRequestReboot())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

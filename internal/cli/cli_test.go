@@ -78,7 +78,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help exited %d", code)
 	}
-	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "[not yet available: reboot coordination]", "Exit codes: 0 ok, 1"} {
+	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "request-reboot", "[not yet available: reboot coordination]", "Exit codes: 0 ok, 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--help lacks %q", want)
 		}
@@ -102,7 +102,10 @@ func TestErrors(t *testing.T) {
 		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, pin, publish, verify"}},
 		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, pin, publish, verify"}},
 		{"unknown flag", []string{"validate", "--frob", "x"}, exitUsage, []string{"unknown flag: --frob"}},
-		{"planned", []string{"approve-reboot", "m1"}, exitUnavailable, []string{"not yet available", "reboot coordination"}},
+		{"planned", []string{"status", "--all-the-things"}, exitUnavailable, []string{"not yet available", "reboot coordination"}},
+		{"approve nothing", []string{"approve-reboot"}, exitUsage, []string{"name the machines to approve, or give --all"}},
+		{"approve names and all", []string{"approve-reboot", "m1", "--all"}, exitUsage, []string{"or give --all"}},
+		{"request without a machine", []string{"request-reboot"}, exitUsage, []string{"give the Machine to reboot"}},
 		{"validate without paths", []string{"validate"}, exitUsage, []string{"give at least one file or directory"}},
 		{"bad output format", []string{"validate", examples, "-o", "xml"}, exitUsage, []string{`--output "xml": give json or yaml`}},
 		{"layer extra argument", []string{"layer", "--cluster", "c.yaml", "--machines", "m", "extra"}, exitUsage, []string{`unexpected argument "extra"`}},
@@ -299,5 +302,92 @@ func TestReferenceUpToDate(t *testing.T) {
 	}
 	if !bytes.Equal(got, Reference()) {
 		t.Fatal("docs/reference/cli.md is stale: run make generate")
+	}
+}
+
+// TestApproveAndRequestReboot runs approve-reboot and request-reboot against a real API
+// server.
+func TestApproveAndRequestReboot(t *testing.T) {
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	hashes := map[string]string{"r1": "sha256:" + strings.Repeat("1", 64), "r2": "sha256:" + strings.Repeat("2", 64), "r3": ""}
+	for name, hash := range hashes {
+		m, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Status.ObservedGeneration = m.Generation
+		m.Status.Reboot.State = v1alpha1.RebootNone
+		if hash != "" {
+			m.Status.PendingHash, m.Status.PendingCount = hash, 1
+			m.Status.Pending = []v1alpha1.PendingChange{{Field: "machine.spec.network", Class: v1alpha1.Reboot, To: "{}", Since: metav1.Now()}}
+			m.Status.Reboot.State = v1alpha1.RebootWaitingForApproval
+		}
+		if _, err := lc.UpdateMachineStatus(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	approvalOf := func(name string) *v1alpha1.RebootApproval {
+		m, err := lc.Machine(t.Context(), name)
+		if err != nil || m.Spec.Reboot == nil {
+			return nil
+		}
+		return m.Spec.Reboot.Approval
+	}
+
+	code, out, errOut := run(t, "approve-reboot", "r1", "--kubeconfig", kc, "--approved-by", "alice", "-o", "json")
+	var got []approval
+	if code != exitOK || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 || got[0].PendingHash != hashes["r1"] {
+		t.Fatalf("approve-reboot r1: exit %d %s\n%s", code, errOut, out)
+	}
+	if a := approvalOf("r1"); a == nil || a.PendingHash != hashes["r1"] || a.ApprovedBy != "alice" || a.ApprovedAt == nil {
+		t.Errorf("r1's approval: %+v", a)
+	}
+
+	t.Setenv("KUBECONFIG", kc)
+	code, out, errOut = run(t, "approve-reboot", "--all")
+	if code != exitOK || !strings.Contains(out, "approved r2: pending set "+hashes["r2"]+" (machine.spec.network)") || strings.Contains(out, "r3") {
+		t.Errorf("approve-reboot --all: exit %d %s\n%s", code, errOut, out)
+	}
+	if a := approvalOf("r2"); a == nil || a.PendingHash != hashes["r2"] || a.ApprovedBy == "" {
+		t.Errorf("r2's approval: %+v", a)
+	}
+
+	for _, tc := range []struct{ name, want string }{
+		{"r3", "nothing is pending"},
+		{"nosuch", `no Machine "nosuch"`},
+	} {
+		code, _, errOut = run(t, "approve-reboot", tc.name)
+		if code != exitFailed || !strings.Contains(errOut, tc.want) {
+			t.Errorf("approve-reboot %s: exit %d, %s", tc.name, code, errOut)
+		}
+	}
+	// An edit the machine has not reported on yet: its pending set is not the one shown.
+	m, _ := lc.Machine(t.Context(), "r2")
+	m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"example.com/x": "y"}
+	if _, err := lc.UpdateMachine(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = run(t, "approve-reboot", "r2")
+	if code != exitFailed || !strings.Contains(errOut, "does not describe its latest spec") {
+		t.Errorf("approve-reboot of a Machine with a stale status: exit %d, %s", code, errOut)
+	}
+
+	code, out, errOut = run(t, "request-reboot", "r3", "--reason", "driver bound the wrong device", "--requested-by", "bob")
+	if code != exitOK || !strings.Contains(out, "liken approve-reboot r3") {
+		t.Fatalf("request-reboot: exit %d %s\n%s", code, errOut, out)
+	}
+	m, _ = lc.Machine(t.Context(), "r3")
+	if r := m.Spec.Reboot; r == nil || r.Request == nil || r.Request.Reason != "driver bound the wrong device" || r.Request.RequestedBy != "bob" || r.Request.RequestedAt.IsZero() {
+		t.Errorf("r3's request: %+v", m.Spec.Reboot)
+	}
+	if code, _, errOut := run(t, "request-reboot", "nosuch"); code != exitFailed || !strings.Contains(errOut, `no Machine "nosuch"`) {
+		t.Errorf("request-reboot of an unknown machine: exit %d, %s", code, errOut)
 	}
 }
