@@ -20,7 +20,6 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
-	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
@@ -69,13 +68,7 @@ func (c *cutter) wrap(next http.RoundTripper) http.RoundTripper {
 // sends what could not be said, marked as late.
 func TestLastWordsBeforeReboot(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"w1": v1alpha1.RoleAgent})
-	c, err := f.liken.Cluster(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
-		"A": {State: bootloader.SlotReady, Version: string(c.Spec.Version), Digest: string(c.Spec.Releases[string(c.Spec.Version)])}}}}
-	boot.boot("boot-1", "A", false, "")
+	boot := f.bootedOnClusterRelease(t)
 
 	// What init would find in the API server as each reboot request reaches it.
 	type seen struct {
@@ -196,25 +189,8 @@ func TestApprovedRebootWithoutNewRelease(t *testing.T) {
 	const v1, v2 = "2026.11.01-001", "2026.11.02-001"
 	ch := newTestChannel(t, v1, v2)
 	f := setup(t, map[string]v1alpha1.Role{"n1": v1alpha1.RoleAgent})
-	old, _ := f.liken.Cluster(t.Context())
-	t.Cleanup(func() {
-		c, err := f.liken.Cluster(context.Background())
-		if err == nil {
-			c.Spec = old.Spec
-			_, err = f.liken.UpdateCluster(context.Background(), c)
-		}
-		if err != nil {
-			t.Errorf("restoring the Cluster: %v", err)
-		}
-	})
-	f.editCluster(func(c *v1alpha1.Cluster) {
-		c.Spec.Channel = ch.URL + "/"
-		c.Spec.Releases = map[string]v1alpha1.Digest{v1: v1alpha1.Digest(ch.pins[v1]), v2: v1alpha1.Digest(ch.pins[v2])}
-		c.Spec.Version = v1
-	})
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
-		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1]}}}}
-	boot.boot("boot-1", "A", false, "")
+	f.useChannel(t, ch, v1)
+	boot := f.bootedOnClusterRelease(t)
 	n1 := newSim(t, "n1", v1alpha1.RoleAgent)
 	n1.bootCtl = boot
 	slotDir := t.TempDir()
@@ -267,13 +243,7 @@ func TestApprovedRebootWithoutNewRelease(t *testing.T) {
 // machine again.
 func TestRebootRequest(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"q1": v1alpha1.RoleAgent})
-	c, err := f.liken.Cluster(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
-		"A": {State: bootloader.SlotReady, Version: string(c.Spec.Version), Digest: string(c.Spec.Releases[string(c.Spec.Version)])}}}}
-	boot.boot("boot-1", "A", false, "")
+	boot := f.bootedOnClusterRelease(t)
 	q1 := newSim(t, "q1", v1alpha1.RoleAgent)
 	q1.bootCtl = boot
 	q1.boot(t, f)

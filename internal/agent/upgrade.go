@@ -584,10 +584,12 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	// approval of exactly the pending set, and waits while a wanted release is still being
 	// written, so one approval covers all of it. Under rebootPolicy Auto the reboot waits
 	// for the coordinator's turn, which is not built yet: only an approval reboots.
-	rebootFields := false
-	for _, p := range a.st.Pending {
-		if p.Class == v1alpha1.Reboot {
-			rebootFields = true
+	// A wanted release that failed its trial here is not retried, so it alone is no reason
+	// to reboot.
+	rebootFields := !onlyVersionsPending(a.st.Pending)
+	if v.status.State != v1alpha1.UpgradeFellBack {
+		for _, p := range a.st.Pending {
+			rebootFields = rebootFields || p.Class == v1alpha1.Reboot
 		}
 	}
 	if !rebootFields || !v.releaseReady || !a.approved(m, hash) {

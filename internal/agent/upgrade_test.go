@@ -185,17 +185,15 @@ func newTestChannel(t *testing.T, versions ...string) *testChannel {
 	return c
 }
 
-// TestUpgradeFlow drives the agent through an upgrade, a commit, a rollback without a
-// download, a failed trial that is not retried, a retry, and a slot found corrupt, against a
-// real API server and a real HTTP channel; init's boot control is faked (the VM tier runs
-// the real one).
-func TestUpgradeFlow(t *testing.T) {
-	const v1, v2 = "2026.11.01-001", "2026.11.02-001"
-	ch := newTestChannel(t, v1, v2)
-	f := setup(t, map[string]v1alpha1.Role{"u1": v1alpha1.RoleServer})
-	old, _ := f.liken.Cluster(t.Context())
+// useChannel points the Cluster at ch, pins its releases and sets version, for one test:
+// the package's other tests share the Cluster, so it is restored afterwards.
+func (f *fixture) useChannel(t *testing.T, ch *testChannel, version string) {
+	t.Helper()
+	old, err := f.liken.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		// The package's other tests share the Cluster.
 		c, err := f.liken.Cluster(context.Background())
 		if err == nil {
 			c.Spec = old.Spec
@@ -207,9 +205,38 @@ func TestUpgradeFlow(t *testing.T) {
 	})
 	f.editCluster(func(c *v1alpha1.Cluster) {
 		c.Spec.Channel = ch.URL + "/"
-		c.Spec.Releases = map[string]v1alpha1.Digest{v1: v1alpha1.Digest(ch.pins[v1]), v2: v1alpha1.Digest(ch.pins[v2])}
-		c.Spec.Version = v1
+		c.Spec.Releases = map[string]v1alpha1.Digest{}
+		for v, pin := range ch.pins {
+			c.Spec.Releases[v] = v1alpha1.Digest(pin)
+		}
+		c.Spec.Version = v1alpha1.ReleaseVersion(version)
 	})
+}
+
+// bootedOnClusterRelease is init's boot control for a machine booted from slot A, which
+// holds the Cluster's release.
+func (f *fixture) bootedOnClusterRelease(t *testing.T) *fakeBoot {
+	t.Helper()
+	c, err := f.liken.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := string(c.Spec.Version)
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: v, Digest: string(c.Spec.Releases[v])}}}}
+	boot.boot("boot-1", "A", false, "")
+	return boot
+}
+
+// TestUpgradeFlow drives the agent through an upgrade, a commit, a rollback without a
+// download, a failed trial that is not retried, a retry, and a slot found corrupt, against a
+// real API server and a real HTTP channel; init's boot control is faked (the VM tier runs
+// the real one).
+func TestUpgradeFlow(t *testing.T) {
+	const v1, v2 = "2026.11.01-001", "2026.11.02-001"
+	ch := newTestChannel(t, v1, v2)
+	f := setup(t, map[string]v1alpha1.Role{"u1": v1alpha1.RoleServer})
+	f.useChannel(t, ch, v1)
 
 	// The machine was installed with v1 in slot A.
 	s := newSim(t, "u1", v1alpha1.RoleServer)

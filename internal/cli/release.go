@@ -37,6 +37,17 @@ release.json.`,
 	}, newReleaseBuild(), newReleasePublish(), newReleasePin(), newReleaseVerify())
 }
 
+// checkRelease checks what pin and verify both need: an output format, a channel, a version.
+func checkRelease(o *output, channel, version string) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if channel == "" {
+		return usageErr("--channel is required")
+	}
+	return checkVersion(version)
+}
+
 func checkVersion(v string) error {
 	if v == "" {
 		return usageErr("--version is required")
@@ -96,13 +107,7 @@ func newReleasePin() *cobra.Command {
   liken release pin --channel file:///srv/channel --version 2026.07.20-001 --cluster cluster.yaml --set-version`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			if channel == "" {
-				return usageErr("--channel is required")
-			}
-			if err := checkVersion(version); err != nil {
+			if err := checkRelease(&o, channel, version); err != nil {
 				return err
 			}
 			if setVersion && clusterFile == "" {
@@ -155,13 +160,7 @@ func newReleaseVerify() *cobra.Command {
   liken release verify --channel https://releases.example.com/liken --version 2026.07.20-001 --pin sha256:...`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			if channel == "" {
-				return usageErr("--channel is required")
-			}
-			if err := checkVersion(version); err != nil {
+			if err := checkRelease(&o, channel, version); err != nil {
 				return err
 			}
 			switch {
