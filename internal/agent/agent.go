@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -223,18 +222,32 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.queue.Add(keyReconcile)
 		}
 	}()
-	go wait.UntilWithContext(ctx, a.worker, time.Second)
+	// The pass under way when the agent is asked to stop finishes (its status write too),
+	// within LastWords: see stop.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	workerDone := make(chan struct{})
+	go func() { defer close(workerDone); a.worker(workCtx) }()
 	<-ctx.Done()
-	a.stop()
+	a.stop(cancelWork, workerDone)
 	return nil
 }
 
 // stop is the agent's goodbye when it is asked to end (init stops it before k3s at every
-// shutdown): it waits, at most LastWords, for its Events to reach the API server and keeps
-// those that did not for the next start.
-func (a *Agent) stop() {
+// shutdown, a power-off included): the pass under way finishes, so the status it writes
+// reaches the API server, then the Events recorded are sent; both within LastWords in all.
+// Events not sent by then are kept for the next start.
+func (a *Agent) stop(cancelWork context.CancelFunc, workerDone <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.LastWords)
 	defer cancel()
+	a.queue.ShutDown() // no new pass starts
+	select {
+	case <-workerDone:
+	case <-ctx.Done():
+		a.log.Warn("the reconcile pass under way did not finish before the agent stopped", "within", a.cfg.LastWords)
+	}
+	cancelWork()
+	<-workerDone
 	unsent := a.events.Flush(ctx)
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -298,3 +298,45 @@ func TestRebootRequest(t *testing.T) {
 	}
 	q1.stop()
 }
+
+// TestStatusWrittenWhenStopped: an agent asked to stop (init does so at every shutdown, a
+// power-off included) while it writes its status finishes the write, even when the API
+// server is slow to answer.
+func TestStatusWrittenWhenStopped(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"p1": v1alpha1.RoleAgent})
+	p1 := newSim(t, "p1", v1alpha1.RoleAgent)
+	var armed atomic.Bool
+	started := make(chan struct{}, 1)
+	p1.wrap = func(next http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if armed.Load() && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/machines/p1/status") {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+				time.Sleep(time.Second) // a slow API server
+			}
+			return next.RoundTrip(r)
+		})
+	}
+	p1.boot(t, f)
+	p1.start(t)
+	f.waitFor(t, "p1", "settled", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return condTrue(m, v1alpha1.MachineConfigApplied) })
+
+	armed.Store(true)
+	f.editMachine("p1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "7"} })
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent never wrote its status for the edit")
+	}
+	p1.stop() // as init does at a shutdown, while the write is under way
+	m, err := f.liken.Machine(t.Context(), "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status.ObservedGeneration != m.Generation || !condTrue(m, v1alpha1.MachineConfigApplied) {
+		t.Errorf("after the agent stopped its status says generation %d of %d (ConfigApplied %v): the write under way was lost",
+			m.Status.ObservedGeneration, m.Generation, condTrue(m, v1alpha1.MachineConfigApplied))
+	}
+}
