@@ -102,7 +102,7 @@ func TestErrors(t *testing.T) {
 		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, pin, publish, verify"}},
 		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, pin, publish, verify"}},
 		{"unknown flag", []string{"validate", "--frob", "x"}, exitUsage, []string{"unknown flag: --frob"}},
-		{"planned", []string{"status", "--all-the-things"}, exitUnavailable, []string{"not yet available", "reboot coordination"}},
+		{"planned", []string{"upgrade", "--all-the-things"}, exitUnavailable, []string{"not yet available", "reboot coordination"}},
 		{"approve nothing", []string{"approve-reboot"}, exitUsage, []string{"name the machines to approve, or give --all"}},
 		{"approve names and all", []string{"approve-reboot", "m1", "--all"}, exitUsage, []string{"or give --all"}},
 		{"request without a machine", []string{"request-reboot"}, exitUsage, []string{"give the Machine to reboot"}},
@@ -249,6 +249,21 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
+// ensureCluster creates the test API server's Cluster once.
+func ensureCluster(t *testing.T, lc *kube.Client) {
+	t.Helper()
+	if _, err := lc.Cluster(t.Context()); err == nil {
+		return
+	}
+	if _, err := lc.CreateCluster(t.Context(), &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName},
+		Spec: v1alpha1.ClusterSpec{Channel: "file:///srv/channel", Version: "2026.07.20-001",
+			Releases: map[string]v1alpha1.Digest{"2026.07.20-001": v1alpha1.Digest("sha256:" + strings.Repeat("0", 64))}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, out, errOut := run(t, "version", "-o", "json")
 	var v versionInfo
@@ -261,13 +276,7 @@ func TestVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lc.CreateCluster(t.Context(), &v1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName},
-		Spec: v1alpha1.ClusterSpec{Channel: "file:///srv/channel", Version: "2026.07.20-001",
-			Releases: map[string]v1alpha1.Digest{"2026.07.20-001": v1alpha1.Digest("sha256:" + strings.Repeat("0", 64))}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ensureCluster(t, lc)
 	if _, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleServer}}); err != nil {
 		t.Fatal(err)
 	}
@@ -389,5 +398,48 @@ func TestApproveAndRequestReboot(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "request-reboot", "nosuch"); code != exitFailed || !strings.Contains(errOut, `no Machine "nosuch"`) {
 		t.Errorf("request-reboot of an unknown machine: exit %d, %s", code, errOut)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureCluster(t, lc)
+	m, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "st1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleServer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Status.ObservedGeneration = m.Generation
+	m.Status.Release = &v1alpha1.RunningRelease{Version: "2026.07.20-001", Slot: "A", LastGoodSlot: "A"}
+	m.Status.Upgrade = v1alpha1.UpgradeStatus{State: v1alpha1.UpgradeStaged, WantedVersion: "2026.08.01-001", Message: "slot B holds release 2026.08.01-001"}
+	m.Status.PendingCount = 1
+	m.Status.Reboot = v1alpha1.RebootStatus{State: v1alpha1.RebootWaitingForApproval, Message: "cluster.spec.version need a reboot; approve pending set sha256:x"}
+	m.Status.Conditions = []metav1.Condition{{Type: v1alpha1.MachineReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
+	if _, err := lc.UpdateMachineStatus(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "status", "st1", "--kubeconfig", kc, "-o", "json")
+	var f fleet
+	if code != exitOK || json.Unmarshal([]byte(out), &f) != nil || len(f.Machines) != 1 {
+		t.Fatalf("status -o json: exit %d %s\n%s", code, errOut, out)
+	}
+	want := machineState{Name: "st1", Role: "server", Wanted: "2026.08.01-001", Running: "2026.07.20-001", Slot: "A", Upgrade: "Staged",
+		Pending: 1, Reboot: "WaitingForApproval", Ready: "True", Why: "cluster.spec.version need a reboot; approve pending set sha256:x"}
+	if f.Machines[0] != want || f.Version != "2026.07.20-001" || f.Policy != "Manual" {
+		t.Errorf("status: %+v\nwant machine %+v", f, want)
+	}
+	code, out, _ = run(t, "status", "--kubeconfig", kc)
+	if code != exitOK || !strings.Contains(out, "cluster: wanted release 2026.07.20-001, rebootPolicy Manual") || !strings.Contains(out, "MACHINE") ||
+		!strings.Contains(strings.Join(strings.Fields(out), " "), "st1 server 2026.08.01-001 2026.07.20-001 A Staged 1 WaitingForApproval True cluster.spec.version") {
+		t.Errorf("status table:\n%s", out)
+	}
+	if code, _, errOut := run(t, "status", "nosuch", "--kubeconfig", kc); code != exitFailed || !strings.Contains(errOut, `no Machine "nosuch"`) {
+		t.Errorf("status of an unknown machine: exit %d, %s", code, errOut)
 	}
 }
