@@ -126,3 +126,31 @@ func TestReleasePendingNamesDigests(t *testing.T) {
 		t.Errorf("a Machine's own version: pending %+v", p)
 	}
 }
+
+func TestApprovalUsedOnce(t *testing.T) {
+	at := &metav1.Time{Time: time.Unix(1785000000, 0)}
+	later := &metav1.Time{Time: time.Unix(1785000600, 0)}
+	tests := []struct {
+		name             string
+		usedHash         string
+		usedAt, approved *metav1.Time
+		want             bool
+	}{
+		{"the approval acted on", "sha256:x", at, at, true},
+		{"the same set approved again later", "sha256:x", at, later, false},
+		{"without approvedAt, acted on", "sha256:x", nil, nil, true},
+		{"without approvedAt, a new one with it", "sha256:x", nil, at, false},
+		{"another set", "sha256:y", at, at, false},
+		{"none acted on yet", "", nil, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &Agent{st: &state.State{ApprovedHash: tt.usedHash, ApprovedAt: tt.usedAt}}
+			m := &v1alpha1.Machine{Spec: v1alpha1.MachineSpec{Reboot: &v1alpha1.RebootControl{
+				Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:x", ApprovedAt: tt.approved}}}}
+			if got := a.approvalUsed(m); got != tt.want {
+				t.Errorf("approvalUsed = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
