@@ -1,0 +1,114 @@
+// Package coordinator decides which machines may take a reboot turn: the disruption budget
+// (maxUnavailable, counting every unavailable node, not only liken's reboots), the
+// control-plane quorum guard, and a deterministic order. The decisions are pure functions
+// of the cluster's state, so a restarted or new coordinator decides the same; the
+// coordinator that runs them against the API (leader election, turns in the Cluster's
+// status written with optimistic concurrency) is built on top of this.
+package coordinator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Machine is one machine as the coordinator sees it.
+type Machine struct {
+	Name   string
+	Server bool
+	// Unavailable says why the machine is unavailable now (its Node NotReady, cordoned by
+	// anyone, rebooting), or "" when it is available.
+	Unavailable string
+	// HoldsTurn: the machine holds a turn (it counts as unavailable until it gives it back).
+	HoldsTurn bool
+	// Waiting: the machine waits for a turn (its reboot is approved, or rebootPolicy Auto),
+	// since WaitingSince.
+	Waiting      bool
+	WaitingSince time.Time
+	// Coordinator: the machine runs the coordinator that decides; it goes last.
+	Coordinator bool
+}
+
+// Budget is how many machines may be unavailable at once among total: a count (at least
+// one), or a percentage rounded down but never below one machine. nil means one.
+func Budget(maxUnavailable *intstr.IntOrString, total int) (int, error) {
+	if maxUnavailable == nil {
+		return 1, nil
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(maxUnavailable, total, false)
+	if err != nil {
+		return 0, fmt.Errorf("disruptionBudget.maxUnavailable %q: %w", maxUnavailable.String(), err)
+	}
+	return max(n, 1), nil
+}
+
+// Decision is what the coordinator decided for the machines waiting for a turn.
+type Decision struct {
+	// Grant are the machines that may take a turn now, in order.
+	Grant []string
+	// Wait says, for each waiting machine not granted, what it waits for.
+	Wait map[string]string
+}
+
+// Decide grants turns to waiting machines, oldest wait first (then by name), while the
+// budget allows: a machine that holds a turn or is unavailable for any reason uses the
+// budget. A server gets a turn only when no other server is unavailable or holds a turn
+// (one server at a time keeps the control plane's quorum). A waiting machine that is
+// unavailable already gets its turn: it takes nothing more away. The coordinator's own
+// machine goes last: only when no other machine waits.
+func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, error) {
+	d := Decision{Wait: map[string]string{}}
+	budget, err := Budget(maxUnavailable, len(machines))
+	if err != nil {
+		return d, err
+	}
+	var down, downServers []string
+	for _, m := range machines {
+		if m.HoldsTurn || m.Unavailable != "" {
+			down = append(down, m.Name)
+			if m.Server {
+				downServers = append(downServers, m.Name)
+			}
+		}
+	}
+	var waiting []Machine
+	for _, m := range machines {
+		if m.Waiting && !m.HoldsTurn {
+			waiting = append(waiting, m)
+		}
+	}
+	sort.SliceStable(waiting, func(i, j int) bool {
+		a, b := waiting[i], waiting[j]
+		if a.Coordinator != b.Coordinator {
+			return b.Coordinator
+		}
+		if !a.WaitingSince.Equal(b.WaitingSince) {
+			return a.WaitingSince.Before(b.WaitingSince)
+		}
+		return a.Name < b.Name
+	})
+	for i, m := range waiting {
+		switch {
+		case m.Coordinator && i > 0:
+			d.Wait[m.Name] = "the coordinator's own machine goes last: other machines wait for a turn"
+		case m.Unavailable != "":
+			// Already counted as unavailable: its reboot takes nothing more from the budget
+			// or the quorum.
+			d.Grant = append(d.Grant, m.Name)
+		case len(down) >= budget:
+			d.Wait[m.Name] = fmt.Sprintf("the disruption budget allows %d unavailable at once, and %d are: %s", budget, len(down), strings.Join(down, ", "))
+		case m.Server && len(downServers) > 0:
+			d.Wait[m.Name] = "one server at a time: " + strings.Join(downServers, ", ") + " is unavailable"
+		default:
+			d.Grant = append(d.Grant, m.Name)
+			down = append(down, m.Name)
+			if m.Server {
+				downServers = append(downServers, m.Name)
+			}
+		}
+	}
+	return d, nil
+}

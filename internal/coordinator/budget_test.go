@@ -1,0 +1,145 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func TestBudget(t *testing.T) {
+	for _, tt := range []struct {
+		max   *intstr.IntOrString
+		total int
+		want  int
+	}{
+		{nil, 10, 1},
+		{ptr(intstr.FromInt32(3)), 10, 3},
+		{ptr(intstr.FromString("10%")), 100, 10},
+		{ptr(intstr.FromString("10%")), 15, 1}, // rounded down
+		{ptr(intstr.FromString("10%")), 5, 1},  // never below one
+		{ptr(intstr.FromString("50%")), 5, 2},
+		{ptr(intstr.FromString("100%")), 4, 4},
+	} {
+		got, err := Budget(tt.max, tt.total)
+		if err != nil || got != tt.want {
+			t.Errorf("Budget(%v, %d) = %d, %v; want %d", tt.max, tt.total, got, err, tt.want)
+		}
+	}
+	if _, err := Budget(ptr(intstr.FromString("ten")), 5); err == nil {
+		t.Error("a malformed maxUnavailable was accepted")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestDecide(t *testing.T) {
+	t0 := time.Unix(1785000000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	agent := func(name string, since int) Machine {
+		return Machine{Name: name, Waiting: true, WaitingSince: at(since)}
+	}
+	server := func(name string, since int) Machine { m := agent(name, since); m.Server = true; return m }
+	idle := func(m Machine) Machine { m.Waiting = false; return m }
+	down := func(m Machine, why string) Machine { m.Unavailable = why; return m }
+	holds := func(m Machine) Machine { m.HoldsTurn = true; return m }
+	coord := func(m Machine) Machine { m.Coordinator = true; return m }
+	two := ptr(intstr.FromInt32(2))
+	for _, tt := range []struct {
+		name     string
+		machines []Machine
+		max      *intstr.IntOrString
+		grant    []string
+		wait     map[string]string // machine → a phrase its reason holds
+	}{
+		{"one at a time, oldest first", []Machine{agent("a2", 5), agent("a1", 9), agent("a3", 1)}, nil,
+			[]string{"a3"}, map[string]string{"a1": "allows 1 unavailable at once, and 1 are: a3", "a2": "allows 1"}},
+		{"same wait: by name", []Machine{agent("b", 1), agent("a", 1)}, two, []string{"a", "b"}, nil},
+		{"a node down for another reason uses the budget", []Machine{agent("a1", 1), idle(down(agent("a2", 0), "NotReady"))}, nil,
+			nil, map[string]string{"a1": "and 1 are: a2"}},
+		{"an admin's cordon counts", []Machine{agent("a1", 1), agent("a2", 2), idle(down(agent("a3", 0), "cordoned"))}, two,
+			[]string{"a1"}, map[string]string{"a2": "allows 2 unavailable at once, and 2 are: a3, a1"}},
+		{"a holder keeps its share", []Machine{holds(agent("a1", 0)), agent("a2", 1)}, nil, nil, map[string]string{"a2": "are: a1"}},
+		{"servers one at a time", []Machine{server("s1", 1), server("s2", 2), agent("a1", 3)}, ptr(intstr.FromInt32(3)),
+			[]string{"s1", "a1"}, map[string]string{"s2": "one server at a time: s1"}},
+		{"no server while another is down", []Machine{server("s1", 1), idle(down(server("s2", 0), "NotReady")), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
+			nil, map[string]string{"s1": "one server at a time: s2"}},
+		{"an unavailable machine takes its turn", []Machine{down(agent("a1", 1), "NotReady"), agent("a2", 2)}, nil,
+			[]string{"a1"}, map[string]string{"a2": "are: a1"}},
+		{"the coordinator goes last", []Machine{coord(server("s1", 0)), agent("a1", 5)}, two,
+			[]string{"a1"}, map[string]string{"s1": "goes last"}},
+		{"the coordinator alone", []Machine{coord(server("s1", 0)), idle(agent("a1", 5))}, nil, []string{"s1"}, nil},
+		{"a single-server cluster", []Machine{server("s1", 0)}, nil, []string{"s1"}, nil},
+		{"nothing waits", []Machine{idle(agent("a1", 0))}, nil, nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Decide(tt.machines, tt.max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.grant, d.Grant); diff != "" {
+				t.Errorf("grants (-want +got):\n%s", diff)
+			}
+			if len(d.Wait) != len(tt.wait) {
+				t.Errorf("waits %v; want %d", d.Wait, len(tt.wait))
+			}
+			for m, phrase := range tt.wait {
+				if !strings.Contains(d.Wait[m], phrase) {
+					t.Errorf("%s waits because %q; want it to say %q", m, d.Wait[m], phrase)
+				}
+			}
+		})
+	}
+}
+
+// TestDecideNeverExceedsTheBudget: over many random fleets, the machines unavailable after
+// the grants never exceed the budget unless they already did, and at most one server is down
+// unless more already were.
+func TestDecideNeverExceedsTheBudget(t *testing.T) {
+	seed := uint64(1)
+	rnd := func(n int) int { seed = seed*6364136223846793005 + 1442695040888963407; return int(seed>>33) % n }
+	for run := 0; run < 2000; run++ {
+		n := 1 + rnd(12)
+		var ms []Machine
+		for i := 0; i < n; i++ {
+			m := Machine{Name: string(rune('a' + i)), Server: rnd(3) == 0, Waiting: rnd(2) == 0, HoldsTurn: rnd(8) == 0,
+				WaitingSince: time.Unix(int64(rnd(5)), 0)}
+			if rnd(6) == 0 {
+				m.Unavailable = "NotReady"
+			}
+			ms = append(ms, m)
+		}
+		ms[rnd(n)].Coordinator = true
+		limit := ptr(intstr.FromInt32(int32(1 + rnd(4))))
+		d, err := Decide(ms, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget, _ := Budget(limit, n)
+		granted := map[string]bool{}
+		for _, g := range d.Grant {
+			granted[g] = true
+		}
+		before, after, serversBefore, serversAfter := 0, 0, 0, 0
+		for _, m := range ms {
+			wasDown := m.HoldsTurn || m.Unavailable != ""
+			if wasDown {
+				before++
+			}
+			if wasDown || granted[m.Name] {
+				after++
+			}
+			if m.Server && wasDown {
+				serversBefore++
+			}
+			if m.Server && (wasDown || granted[m.Name]) {
+				serversAfter++
+			}
+		}
+		if after > max(budget, before) || serversAfter > max(1, serversBefore) {
+			t.Fatalf("run %d: %d down after the grants (%d before, budget %d), servers %d (%d before): %+v → %v", run, after, before, budget, serversAfter, serversBefore, ms, d.Grant)
+		}
+	}
+}
