@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
@@ -234,8 +235,17 @@ func (f *Fetcher) attempt(ctx context.Context, u *url.URL, rel string, offset, s
 // (with a Range header when resuming) otherwise. The body aborts when it stalls.
 func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size int64) (io.ReadCloser, error) {
 	if u.Scheme == "file" {
-		fh, err := os.Open(u.Path)
+		// Opened without blocking and checked before any read: a FIFO or a device in a
+		// channel directory would otherwise hang the open or the read for ever.
+		fh, err := os.OpenFile(u.Path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
+			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
+		}
+		if st, err := fh.Stat(); err != nil || !st.Mode().IsRegular() {
+			fh.Close()
+			if err == nil {
+				err = fmt.Errorf("%s is not a regular file (%s)", u.Path, st.Mode().Type())
+			}
 			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
 		}
 		if _, err := fh.Seek(offset, io.SeekStart); err != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -309,5 +310,33 @@ func TestPartitionTargetRefusesDeviceInUse(t *testing.T) {
 	}
 	if err := mountedLoopRefused(t, img); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFileChannelRefusesWhatIsNotAFile: a FIFO (or a directory) where a file:// channel has
+// a release's document or file is refused at once, never read: a FIFO would block for ever.
+func TestFileChannelRefusesWhatIsNotAFile(t *testing.T) {
+	for _, what := range []string{"document", "file"} {
+		t.Run(what, func(t *testing.T) {
+			dir, pin := testRelease(t, nil)
+			p := filepath.Join(dir, version, "vmlinuz")
+			if what == "document" {
+				p = filepath.Join(dir, version, apirelease.DocumentName)
+			}
+			os.Remove(p)
+			if err := syscall.Mkfifo(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- fetchAll(t.Context(), fetcher(), "file://"+dir, pin, t.TempDir()) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "is not a regular file") {
+					t.Errorf("error = %v; want the FIFO refused as not a regular file", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("reading a FIFO in a file:// channel hangs")
+			}
+		})
 	}
 }
