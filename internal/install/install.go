@@ -87,7 +87,14 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	}
 
 	// Everything that can be refused is checked before the disk is touched.
-	layerData, err := os.ReadFile(o.Layer)
+	// Bounded before it is read: a huge (or sparse, or endless) file is refused, not loaded.
+	lf, size, err := layer.Open(o.Layer, layer.DefaultLimits)
+	if err != nil {
+		return res, err
+	}
+	layerData := make([]byte, size)
+	_, err = io.ReadFull(lf, layerData)
+	lf.Close()
 	if err != nil {
 		return res, fmt.Errorf("reading the layer: %w", err)
 	}

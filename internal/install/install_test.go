@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,6 +40,14 @@ func TestInstallRefuses(t *testing.T) {
 	dir := t.TempDir()
 	used := filepath.Join(dir, "used.img")
 	os.WriteFile(used, append([]byte("EFI PART"), make([]byte, 400<<20)...), 0o644)
+	sparse := filepath.Join(dir, "sparse.layer")
+	if err := os.WriteFile(sparse, nil, 0o644); err != nil || os.Truncate(sparse, 10<<30) != nil {
+		t.Fatal("making a sparse file")
+	}
+	fifo := filepath.Join(dir, "fifo.layer")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tooSmall := filepath.Join(dir, "small.img")
 	os.WriteFile(tooSmall, make([]byte, 10<<20), 0o644)
 	tests := []struct {
@@ -52,7 +61,10 @@ func TestInstallRefuses(t *testing.T) {
 		{"no disk", Options{Disk: filepath.Join(dir, "missing.img")}, "does not exist: give --size"},
 		{"bad pin", Options{Disk: used, Pin: "latest"}, "is not a release digest"},
 		{"machine not in layer", Options{Disk: used, Machine: "server-1"}, `has no credential for machine "server-1"`},
-		{"bad layer", Options{Disk: used, Layer: used}, "not a gzip stream"},
+		{"bad layer", Options{Disk: used, Layer: tooSmall}, "not a gzip stream"},
+		{"huge sparse layer", Options{Disk: used, Layer: sparse}, "is 10737418240 bytes, more than the 67108864 a layer may have"},
+		{"layer is a FIFO", Options{Disk: used, Layer: fifo}, "is not a regular file"},
+		{"layer is a directory", Options{Disk: used, Layer: dir}, "is not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

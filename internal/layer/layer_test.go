@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,6 +82,25 @@ func craft(t *testing.T, index *Index, entries []craftEntry) []byte {
 	return buf.Bytes()
 }
 
+// padded is layer's archive followed, inside the same gzip stream, by n zero bytes.
+func padded(t *testing.T, layer []byte, n int) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(layer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	gz.Write(archive)
+	gz.Write(make([]byte, n))
+	gz.Close()
+	return buf.Bytes()
+}
+
 func fileOf(name string, data []byte) File {
 	sum := sha256.Sum256(data)
 	return File{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Mode: 0o644}
@@ -118,6 +138,11 @@ func TestUnpackRefuses(t *testing.T) {
 		{"indexed entry missing", craft(t, idx(fileOf("gone", good)), nil), DefaultLimits, `lists "gone", which the layer does not hold`},
 		{"index not first", craft(t, nil, []craftEntry{reg("a", good)}), DefaultLimits, "does not start with layer.json"},
 		{"unknown index schema", craft(t, &Index{Schema: "liken.dev/layer/v9"}, nil), DefaultLimits, `schema "liken.dev/layer/v9"`},
+		{"name too long", craft(t, idx(fileOf(strings.Repeat("n", 300), good)), []craftEntry{reg(strings.Repeat("n", 300), good)}), DefaultLimits, "has a name of 300 bytes, more than the 255 allowed"},
+		{"padding after the archive", padded(t, craft(t, idx(fileOf("a", good)), []craftEntry{reg("a", good)}), 3<<20), Limits{MaxTotal: 1 << 20}, "decompresses to more than 2097152 bytes"},
+		{"larger than allowed as stored", realBytes, Limits{MaxCompressed: 100}, "larger than 100 bytes as stored"},
+		{"bytes after the gzip stream", append(append([]byte(nil), realBytes...), "junk"...), DefaultLimits, "bytes after its gzip stream"},
+		{"a second gzip stream", append(append([]byte(nil), realBytes...), realBytes...), DefaultLimits, "bytes after its gzip stream"},
 		{"setuid mode", craft(t, idx(File{Name: "a", Size: int64(len(good)), SHA256: fileOf("a", good).SHA256, Mode: 0o4755}), []craftEntry{reg("a", good)}), DefaultLimits, "only permission bits"},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package layer
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
@@ -14,18 +15,92 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
-// Limits bound what Unpack accepts.
+// Limits bound what Read and Unpack accept. A zero field takes DefaultLimits' value.
 type Limits struct {
 	// MaxFileSize bounds one entry, MaxTotal all entries together (uncompressed), MaxFiles
 	// the number of entries.
 	MaxFileSize, MaxTotal int64
 	MaxFiles              int
+	// MaxCompressed bounds the bytes read (the layer as stored); the whole gzip stream, what
+	// follows the archive too, decompresses to at most MaxTotal and 1 MiB of archive framing.
+	MaxCompressed int64
+	// MaxName bounds an entry's name, in bytes.
+	MaxName int
 }
 
 // DefaultLimits fit any real layer many times over and stop a hostile one early.
-var DefaultLimits = Limits{MaxFileSize: 8 << 20, MaxTotal: 64 << 20, MaxFiles: 4096}
+var DefaultLimits = Limits{MaxFileSize: 8 << 20, MaxTotal: 64 << 20, MaxFiles: 4096, MaxCompressed: 64 << 20, MaxName: 255}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxFileSize == 0 {
+		l.MaxFileSize = d.MaxFileSize
+	}
+	if l.MaxTotal == 0 {
+		l.MaxTotal = d.MaxTotal
+	}
+	if l.MaxFiles == 0 {
+		l.MaxFiles = d.MaxFiles
+	}
+	if l.MaxCompressed == 0 {
+		l.MaxCompressed = d.MaxCompressed
+	}
+	if l.MaxName == 0 {
+		l.MaxName = d.MaxName
+	}
+	return l
+}
+
+// bounded reads at most n bytes from r and fails, naming what, past them: a hostile layer
+// stops early, with a message that says which limit it hit.
+type bounded struct {
+	r    io.Reader
+	n    int64
+	what string
+}
+
+func (b *bounded) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		// One byte more tells a layer of exactly n bytes from a larger one.
+		var one [1]byte
+		if k, _ := b.r.Read(one[:]); k > 0 {
+			return 0, errors.New(b.what)
+		}
+		return b.r.Read(p)
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	k, err := b.r.Read(p)
+	b.n -= int64(k)
+	return k, err
+}
+
+// Open opens a layer file for Read: a regular file no larger than lim allows, opened without
+// blocking (a FIFO is refused, not waited on). It returns the file and its size.
+func Open(name string, lim Limits) (*os.File, int64, error) {
+	lim = lim.withDefaults()
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the layer: %w", err)
+	}
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, 0, fmt.Errorf("reading the layer: %w", err)
+	case !st.Mode().IsRegular():
+		f.Close()
+		return nil, 0, fmt.Errorf("reading the layer: %s is not a regular file (%s)", name, st.Mode().Type())
+	case st.Size() > lim.MaxCompressed:
+		f.Close()
+		return nil, 0, fmt.Errorf("reading the layer: %s is %d bytes, more than the %d a layer may have", name, st.Size(), lim.MaxCompressed)
+	}
+	return f, st.Size(), nil
+}
 
 // Unpack checks the whole layer from r, then writes it to dir: into a new directory beside
 // dir, synced, then renamed over it. An invalid layer is refused with nothing written. It
@@ -95,11 +170,18 @@ func writeSynced(p string, b []byte, mode os.FileMode) error {
 // Every entry must be a regular file with a clean relative name, listed once in layer.json
 // with its size, SHA-256 and mode; nothing may be missing or extra.
 func Read(r io.Reader, lim Limits) (*Index, map[string][]byte, error) {
-	gz, err := gzip.NewReader(r)
+	lim = lim.withDefaults()
+	// gzip reads a ByteReader without reading ahead, so what is left in br after the
+	// stream is exactly what follows it.
+	br := bufio.NewReader(&bounded{r: r, n: lim.MaxCompressed, what: fmt.Sprintf("layer is larger than %d bytes as stored", lim.MaxCompressed)})
+	zr, err := gzip.NewReader(br)
 	if err != nil {
 		return nil, nil, fmt.Errorf("layer is not a gzip stream: %w", err)
 	}
-	tr := tar.NewReader(io.LimitReader(gz, lim.MaxTotal+1<<20))
+	zr.Multistream(false)
+	// Everything decompressed counts, what follows the archive's end too.
+	gz := &bounded{r: zr, n: lim.MaxTotal + 1<<20, what: fmt.Sprintf("layer decompresses to more than %d bytes", lim.MaxTotal+1<<20)}
+	tr := tar.NewReader(gz)
 	files := map[string][]byte{}
 	var order []string
 	var total int64
@@ -136,7 +218,16 @@ func Read(r io.Reader, lim Limits) (*Index, map[string][]byte, error) {
 	}
 	// Reading to the end checks gzip's own CRC and length.
 	if _, err := io.Copy(io.Discard, gz); err != nil {
+		if strings.HasPrefix(err.Error(), "layer ") {
+			return nil, nil, err
+		}
 		return nil, nil, fmt.Errorf("layer is truncated or corrupt: %w", err)
+	}
+	// Nothing may follow the gzip stream (Multistream is off, so a second one is not read).
+	if _, err := br.ReadByte(); err == nil {
+		return nil, nil, errors.New("layer has bytes after its gzip stream")
+	} else if err != io.EOF {
+		return nil, nil, err
 	}
 	if len(order) == 0 || order[0] != IndexName {
 		return nil, nil, fmt.Errorf("layer does not start with %s", IndexName)
@@ -190,6 +281,9 @@ func checkHeader(h *tar.Header, lim Limits) error {
 		return fmt.Errorf("layer entry %q has type %q: layers hold only regular files", h.Name, h.Typeflag)
 	}
 	n := h.Name
+	if len(n) > lim.MaxName {
+		return fmt.Errorf("layer entry %q... has a name of %d bytes, more than the %d allowed", n[:40], len(n), lim.MaxName)
+	}
 	if n == "" || strings.HasPrefix(n, "/") || strings.Contains(n, "\\") || strings.ContainsRune(n, 0) {
 		return fmt.Errorf("layer entry %q: names must be relative paths", n)
 	}
