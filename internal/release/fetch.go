@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,12 @@ type Fetcher struct {
 	Backoff time.Duration
 	// StallTimeout aborts an attempt that receives no byte for this long. Default 30s.
 	StallTimeout time.Duration
+	// MinRate aborts an attempt that receives fewer than MinRate bytes a second over a
+	// RateWindow: a server that trickles a byte now and then never stalls, but would take
+	// hours. Defaults 16 KiB/s over 30s; with them a download of N bytes ends, one way or
+	// the other, within about N/MinRate plus a window for each attempt.
+	MinRate    int64
+	RateWindow time.Duration
 	// Progress, when set, is called as bytes arrive (at most every BufferSize bytes).
 	Progress func(Progress)
 	// Retrying, when set, is called before each new attempt after a failure that may pass:
@@ -71,6 +78,12 @@ func (f *Fetcher) defaults() {
 	}
 	if f.Backoff == 0 {
 		f.Backoff = 500 * time.Millisecond
+	}
+	if f.MinRate == 0 {
+		f.MinRate = 16 << 10
+	}
+	if f.RateWindow == 0 {
+		f.RateWindow = 30 * time.Second
 	}
 	if f.StallTimeout == 0 {
 		f.StallTimeout = 30 * time.Second
@@ -254,9 +267,24 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 		}
 		return fh, nil
 	}
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancelReq := context.WithCancel(ctx)
+	// Why the request was given up, said instead of "context canceled".
+	var why atomic.Pointer[string]
+	giveUp := func(reason string) {
+		why.CompareAndSwap(nil, &reason)
+		cancelReq()
+	}
+	cancel := context.CancelFunc(cancelReq)
 	// The stall timer runs from the request on: a server that never answers stalls too.
-	timer := time.AfterFunc(f.StallTimeout, cancel)
+	timer := time.AfterFunc(f.StallTimeout, func() {
+		giveUp(fmt.Sprintf("the server sent nothing for %s", f.StallTimeout))
+	})
+	explain := func(err error) error {
+		if r := why.Load(); r != nil && ctx.Err() == nil {
+			return errors.New(*r)
+		}
+		return err
+	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		timer.Stop()
@@ -273,7 +301,7 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 		if strings.Contains(err.Error(), "stopped after") {
 			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
 		}
-		return nil, fmt.Errorf("fetching %s: %w", rel, err)
+		return nil, fmt.Errorf("fetching %s: %w", rel, explain(err))
 	}
 	stop := cancel
 	cancel = func() { timer.Stop(); stop() }
@@ -304,21 +332,41 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 		}
 		return nil, permanent{err}
 	}
-	return &stallReader{body: resp.Body, cancel: cancel, timer: timer, timeout: f.StallTimeout}, nil
+	return &stallReader{body: resp.Body, cancel: cancel, timer: timer, timeout: f.StallTimeout,
+		giveUp: giveUp, explain: explain, minRate: f.MinRate, window: f.RateWindow, windowStart: time.Now()}, nil
 }
 
-// stallReader cancels its request when no byte arrives for timeout.
+// stallReader gives its request up when no byte arrives for timeout, or when fewer than
+// minRate bytes a second arrive over a window.
 type stallReader struct {
 	body    io.ReadCloser
 	cancel  context.CancelFunc
 	timer   *time.Timer
 	timeout time.Duration
+	giveUp  func(reason string)
+	explain func(error) error
+
+	minRate     int64
+	window      time.Duration
+	windowStart time.Time
+	windowBytes int64
 }
 
 func (s *stallReader) Read(p []byte) (int, error) {
 	n, err := s.body.Read(p)
 	if n > 0 {
 		s.timer.Reset(s.timeout)
+		s.windowBytes += int64(n)
+		if elapsed := time.Since(s.windowStart); elapsed >= s.window {
+			if rate := float64(s.windowBytes) / elapsed.Seconds(); rate < float64(s.minRate) {
+				s.giveUp(fmt.Sprintf("the server is too slow: %d bytes in %s, less than the %d bytes a second required", s.windowBytes, elapsed.Round(time.Millisecond), s.minRate))
+				return n, s.explain(context.Canceled)
+			}
+			s.windowStart, s.windowBytes = time.Now(), 0
+		}
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = s.explain(err)
 	}
 	return n, err
 }

@@ -66,6 +66,7 @@ type fault struct {
 	stallAfter int   // stop sending after this many bytes (first request only)
 	redirect   bool  // redirect to itself forever
 	silent     bool  // never answer
+	trickle    bool  // send one byte every 50ms, for ever
 }
 
 type server struct {
@@ -96,6 +97,15 @@ func newServer(t *testing.T, dir string) *server {
 			switch {
 			case f.silent:
 				<-r.Context().Done()
+				return
+			case f.trickle:
+				w.Header().Set("Content-Length", "100000000")
+				w.WriteHeader(http.StatusOK)
+				for r.Context().Err() == nil {
+					w.Write([]byte{0})
+					w.(http.Flusher).Flush()
+					time.Sleep(50 * time.Millisecond)
+				}
 				return
 			case f.redirect:
 				http.Redirect(w, r, r.URL.Path, http.StatusFound)
@@ -337,6 +347,42 @@ func TestFileChannelRefusesWhatIsNotAFile(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("reading a FIFO in a file:// channel hangs")
 			}
+		})
+	}
+}
+
+// TestGivingUpSaysWhy: a server that trickles a byte now and then is given up for its rate,
+// one that sends nothing for its silence, and the error says which, never "context
+// canceled"; the time to give up is bounded by the configured limits.
+func TestGivingUpSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault *fault
+		want  string
+	}{
+		{"trickling", &fault{trickle: true}, "the server is too slow"},
+		{"silent", &fault{silent: true}, "the server sent nothing for 300ms"},
+		{"stalled", &fault{stallAfter: 1000}, "the server sent nothing for 300ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, pin := testRelease(t, nil)
+			srv := newServer(t, dir)
+			srv.inject("vmlinuz", tc.fault)
+			f := fetcher()
+			f.Retries, f.MinRate, f.RateWindow = 1, 1000, 500*time.Millisecond
+			var first error
+			var took time.Duration
+			start := time.Now()
+			f.Retrying = func(r Retry) {
+				if first == nil {
+					first, took = r.Err, time.Since(start)
+				}
+			}
+			fetchAll(t.Context(), f, srv.URL, pin, t.TempDir())
+			if first == nil || !strings.Contains(first.Error(), tc.want) || strings.Contains(first.Error(), "context canceled") {
+				t.Fatalf("the first attempt failed with %v; want it to say %q", first, tc.want)
+			}
+			t.Logf("first attempt given up after %s: %v", took.Round(time.Millisecond), first)
 		})
 	}
 }
