@@ -298,7 +298,10 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 	if err != nil {
 		timer.Stop()
 		cancel()
-		if strings.Contains(err.Error(), "stopped after") {
+		var ue *url.Error
+		if strings.Contains(err.Error(), "stopped after") || (errors.As(err, &ue) && strings.Contains(ue.Err.Error(), "unsupported protocol scheme")) {
+			// A redirect loop, or a redirect to a scheme liken never follows (ftp://, file://):
+			// no other attempt can end differently.
 			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
 		}
 		return nil, fmt.Errorf("fetching %s: %w", rel, explain(err))

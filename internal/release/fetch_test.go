@@ -60,13 +60,14 @@ func testRelease(t *testing.T, mutate func(d *apirelease.Document, files map[str
 
 // fault makes the test server misbehave for one path.
 type fault struct {
-	status     int   // answer with this status
-	failTimes  int32 // only for the first N requests
-	cutAfter   int   // close the connection after this many body bytes (first request only)
-	stallAfter int   // stop sending after this many bytes (first request only)
-	redirect   bool  // redirect to itself forever
-	silent     bool  // never answer
-	trickle    bool  // send one byte every 50ms, for ever
+	status     int    // answer with this status
+	failTimes  int32  // only for the first N requests
+	cutAfter   int    // close the connection after this many body bytes (first request only)
+	stallAfter int    // stop sending after this many bytes (first request only)
+	redirect   bool   // redirect to itself forever
+	redirectTo string // redirect to this URL
+	silent     bool   // never answer
+	trickle    bool   // send one byte every 50ms, for ever
 }
 
 type server struct {
@@ -109,6 +110,9 @@ func newServer(t *testing.T, dir string) *server {
 				return
 			case f.redirect:
 				http.Redirect(w, r, r.URL.Path, http.StatusFound)
+				return
+			case f.redirectTo != "":
+				http.Redirect(w, r, f.redirectTo, http.StatusFound)
 				return
 			case f.status != 0 && (f.failTimes == 0 || n <= f.failTimes):
 				http.Error(w, "injected", f.status)
@@ -225,6 +229,7 @@ func TestFetchRefuses(t *testing.T) {
 		pin     string // overrides the right pin
 		channel string // overrides the server URL
 		want    string
+		once    bool // refused at the first attempt, not retried
 	}{
 		{name: "wrong pin", pin: "sha256:" + strings.Repeat("ab", 32), want: "release.json does not match its pin"},
 		{name: "no pin", pin: "-", want: "is not pinned"},
@@ -250,6 +255,8 @@ func TestFetchRefuses(t *testing.T) {
 		{name: "server 500", fault: &fault{status: 500}, want: "giving up after 4 attempts"},
 		{name: "server never answers", fault: &fault{silent: true}, want: "giving up after 4 attempts"},
 		{name: "redirect loop", fault: &fault{redirect: true}, want: "stopped after 10 redirects"},
+		{name: "redirect to ftp", fault: &fault{redirectTo: "ftp://example.com/rootfs.squashfs"}, want: "unsupported protocol scheme", once: true},
+		{name: "redirect to a local file", fault: &fault{redirectTo: "file:///etc/passwd"}, want: "unsupported protocol scheme", once: true},
 		{name: "not a channel URL", channel: "ftp://example.com", want: "only http://, https:// and file:// channels"},
 	}
 	for _, tt := range tests {
@@ -271,9 +278,15 @@ func TestFetchRefuses(t *testing.T) {
 				channel = tt.channel
 			}
 			out := t.TempDir()
-			err := fetchAll(t.Context(), fetcher(), channel, pin, out)
+			f := fetcher()
+			retries := 0
+			f.Retrying = func(Retry) { retries++ }
+			err := fetchAll(t.Context(), f, channel, pin, out)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+			if tt.once && retries > 0 {
+				t.Errorf("retried %d times a failure no retry can change", retries)
 			}
 			// Nothing of a refused file is left: no partial, no file.
 			entries, _ := os.ReadDir(out)
