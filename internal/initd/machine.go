@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/yaml"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/layer"
@@ -24,9 +23,9 @@ func readManifests(dir string) (*v1alpha1.Cluster, []*v1alpha1.Machine, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cluster := &v1alpha1.Cluster{}
-	if err := yaml.UnmarshalStrict(b, cluster); err != nil {
-		return nil, nil, fmt.Errorf("the layer's Cluster: %w", err)
+	cluster, err := layer.DecodeCluster(b)
+	if err != nil {
+		return nil, nil, err
 	}
 	entries, err := os.ReadDir(filepath.Join(dir, layer.MachinesDir))
 	if err != nil {
@@ -38,9 +37,9 @@ func readManifests(dir string) (*v1alpha1.Cluster, []*v1alpha1.Machine, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		m := &v1alpha1.Machine{}
-		if err := yaml.UnmarshalStrict(b, m); err != nil {
-			return nil, nil, fmt.Errorf("the layer's %s: %w", e.Name(), err)
+		m, err := layer.DecodeMachine(layer.MachinesDir+"/"+e.Name(), b)
+		if err != nil {
+			return nil, nil, err
 		}
 		machines = append(machines, m)
 	}

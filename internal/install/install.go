@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
@@ -203,19 +201,19 @@ func bootArgs(layerData []byte, machine string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	var c v1alpha1.Cluster
-	if err := yaml.UnmarshalStrict(files[layer.ClusterManifest], &c); err != nil {
-		return "", "", fmt.Errorf("the layer's Cluster: %w", err)
+	c, err := layer.DecodeCluster(files[layer.ClusterManifest])
+	if err != nil {
+		return "", "", err
 	}
 	var machines []v1alpha1.Machine
 	for name, b := range files {
 		if strings.HasPrefix(name, layer.MachinesDir+"/") {
-			var m v1alpha1.Machine
-			if err := yaml.UnmarshalStrict(b, &m); err != nil {
-				return "", "", fmt.Errorf("the layer's %s: %w", name, err)
+			m, err := layer.DecodeMachine(name, b)
+			if err != nil {
+				return "", "", err
 			}
 			if machine == "" || m.Name == machine {
-				machines = append(machines, m)
+				machines = append(machines, *m)
 			}
 		}
 	}

@@ -1,0 +1,76 @@
+package layer
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+// DecodeCluster decodes a layer's Cluster manifest, strictly: one document, of kind Cluster
+// in liken.dev/v1alpha1, with no unknown field. liken layer wrote it so; anything else was
+// made by hand or damaged, and is refused rather than half read. Install and init both read
+// a layer's manifests through here, so they refuse the same things with the same words.
+func DecodeCluster(b []byte) (*v1alpha1.Cluster, error) {
+	c := &v1alpha1.Cluster{}
+	if err := decodeOne(ClusterManifest, b, "Cluster", c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeMachine decodes one of a layer's Machine manifests, as strictly as DecodeCluster.
+func DecodeMachine(name string, b []byte) (*v1alpha1.Machine, error) {
+	m := &v1alpha1.Machine{}
+	if err := decodeOne(name, b, "Machine", m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func decodeOne(name string, b []byte, kind string, into any) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	var docs [][]byte
+	for {
+		d, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("the layer's %s: %w", name, err)
+		}
+		if len(bytes.TrimSpace(d)) > 0 && string(bytes.TrimSpace(d)) != "---" {
+			docs = append(docs, d)
+		}
+	}
+	if len(docs) != 1 {
+		return fmt.Errorf("the layer's %s holds %d documents; it must hold exactly one %s", name, len(docs), kind)
+	}
+	var tm struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(docs[0], &tm); err != nil {
+		return fmt.Errorf("the layer's %s: %w", name, err)
+	}
+	if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != kind {
+		return fmt.Errorf("the layer's %s is a %s %q, not a %s %q", name, orNone(tm.APIVersion), tm.Kind, v1alpha1.GroupVersion.String(), kind)
+	}
+	if err := yaml.UnmarshalStrict(docs[0], into); err != nil {
+		return fmt.Errorf("the layer's %s: %w", name, err)
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(no apiVersion)"
+	}
+	return s
+}
