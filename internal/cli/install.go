@@ -72,6 +72,7 @@ checked against the pin as it is written. A disk that is not empty is refused un
 	f.StringVar(&o.Pin, "pin", "", "digest of the release to install")
 	f.StringVar(&o.Version, "version", "", "the release's version (default: looked up in the channel's index)")
 	f.StringVar(&o.Layer, "layer", "", "deployment layer (server.layer or agent.layer from liken layer)")
+	f.StringVar(&o.LayerDigest, "layer-digest", "", "the layer's digest as liken layer printed it: a layer with other bytes is refused")
 	f.StringVar(&o.Disk, "disk", "", "block device or disk image file to write")
 	f.StringVar(&o.Machine, "machine", "", "bind the disk to this Machine (keeps only its credential)")
 	f.BoolVar(&o.Wipe, "wipe", false, "erase a disk that is not empty")

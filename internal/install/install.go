@@ -6,7 +6,9 @@ package install
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,7 +33,10 @@ type Options struct {
 	// Version names the pinned release; empty means look the pin up in the channel's index.
 	Version string
 	Layer   string
-	Disk    string
+	// LayerDigest, when set, is the digest liken layer printed for Layer ("sha256:..."): a
+	// layer with other bytes is refused.
+	LayerDigest string
+	Disk        string
 	// SizeMiB creates Disk as an image file of this size when it does not exist.
 	SizeMiB int
 	// Machine binds the disk to one machine (and keeps only its credential); empty leaves
@@ -54,18 +59,28 @@ type Result struct {
 	// Machine is the Machine the disk is bound to; empty when found by hardware at boot.
 	Machine string `json:"machine,omitempty"`
 	Role    string `json:"role"`
+	// LayerDigest is the SHA-256 of the layer file written.
+	LayerDigest string `json:"layerDigest"`
 }
 
 // Install writes the disk.
 func Install(ctx context.Context, o Options) (res Result, err error) {
 	// An image file this install creates is removed again when the install fails: half an
-	// image is no install, and a rerun would refuse it as not empty.
+	// image is no install, and a rerun would refuse it as not empty. A disk that existed is
+	// untouched by every refusal up to its partitioning; a failure after it says so.
+	partitioned := false
 	if _, serr := os.Stat(o.Disk); errors.Is(serr, os.ErrNotExist) && o.SizeMiB > 0 {
 		defer func() {
 			if err != nil {
 				if rerr := os.Remove(o.Disk); rerr == nil {
 					err = fmt.Errorf("%w (removed the unfinished image %s)", err, o.Disk)
 				}
+			}
+		}()
+	} else {
+		defer func() {
+			if err != nil && partitioned {
+				err = fmt.Errorf("%w (%s now holds an unfinished install: its partition table is written; run the install again with --wipe)", err, o.Disk)
 			}
 		}()
 	}
@@ -95,6 +110,11 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	lf.Close()
 	if err != nil {
 		return res, fmt.Errorf("reading the layer: %w", err)
+	}
+	sum := sha256.Sum256(layerData)
+	res.LayerDigest = "sha256:" + hex.EncodeToString(sum[:])
+	if o.LayerDigest != "" && o.LayerDigest != res.LayerDigest {
+		return res, fmt.Errorf("the layer %s is %s, not the %s given: it is not the layer that was built", o.Layer, res.LayerDigest, o.LayerDigest)
 	}
 	idx, _, err := layer.Read(bytes.NewReader(layerData), layer.DefaultLimits)
 	if err != nil {
@@ -142,6 +162,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	}
 
 	step("partitioning %s", o.Disk)
+	partitioned = true
 	if err := disk.Partition(o.Disk, o.Layout); err != nil {
 		return res, err
 	}
@@ -187,7 +208,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 		return res, fmt.Errorf("syncing %s: %w", o.Disk, err)
 	}
 	step("done: %s boots release %s from slot A", o.Disk, version)
-	return Result{Disk: o.Disk, Version: version, Digest: o.Pin, Machine: o.Machine, Role: string(idx.Role)}, nil
+	return Result{Disk: o.Disk, Version: version, Digest: o.Pin, Machine: o.Machine, Role: string(idx.Role), LayerDigest: res.LayerDigest}, nil
 }
 
 // bootArgs are the kernel arguments of the first boot: the layer's Cluster's, and its

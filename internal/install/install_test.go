@@ -62,6 +62,7 @@ func TestInstallRefuses(t *testing.T) {
 		{"bad pin", Options{Disk: used, Pin: "latest"}, "is not a release digest"},
 		{"machine not in layer", Options{Disk: used, Machine: "server-1"}, `has no credential for machine "server-1"`},
 		{"bad layer", Options{Disk: used, Layer: tooSmall}, "not a gzip stream"},
+		{"not the layer built", Options{Disk: used, LayerDigest: "sha256:" + strings.Repeat("0", 64)}, "not the sha256:000"},
 		{"huge sparse layer", Options{Disk: used, Layer: sparse}, "is 10737418240 bytes, more than the 67108864 a layer may have"},
 		{"layer is a FIFO", Options{Disk: used, Layer: fifo}, "is not a regular file"},
 		{"layer is a directory", Options{Disk: used, Layer: dir}, "is not a regular file"},
