@@ -113,7 +113,7 @@ func Digest(doc []byte) string {
 // or mismatching document is ever read.
 func Parse(doc []byte, pin string) (*Document, error) {
 	if !ValidDigest(pin) {
-		return nil, fmt.Errorf("release pin %q is not a digest ('sha256:' and 64 hex digits): a release is used only when pinned", pin)
+		return nil, fmt.Errorf("release pin %+q is not a digest ('sha256:' and 64 hex digits): a release is used only when pinned", pin)
 	}
 	if got := Digest(doc); got != pin {
 		return nil, &MismatchError{File: DocumentName, Expected: pin, Actual: got}
@@ -144,10 +144,10 @@ func Decode(doc []byte) (*Document, error) {
 // Validate checks a document's fields.
 func (d *Document) Validate() error {
 	if d.Schema != Schema {
-		return fmt.Errorf("release document has schema %q; this liken reads %q", d.Schema, Schema)
+		return fmt.Errorf("release document has schema %+q; this liken reads %+q", d.Schema, Schema)
 	}
 	if !ValidVersion(d.Version) {
-		return fmt.Errorf("release version %q is not of the form 2026.07.20-001", d.Version)
+		return fmt.Errorf("release version %+q is not of the form 2026.07.20-001", d.Version)
 	}
 	if len(d.Files) == 0 {
 		return errors.New("release document lists no files")
@@ -156,18 +156,18 @@ func (d *Document) Validate() error {
 	for i, f := range d.Files {
 		switch {
 		case !nameRE.MatchString(f.Name) || f.Name == DocumentName:
-			return fmt.Errorf("release file %d: name %q is not a plain file name (letters, digits, '.', '_', '-'; no '/', no '..')", i, f.Name)
+			return fmt.Errorf("release file %d: name %+q is not a plain file name (letters, digits, '.', '_', '-'; no '/', no '..')", i, f.Name)
 		case seen[f.Name]:
-			return fmt.Errorf("release file %q is listed twice", f.Name)
+			return fmt.Errorf("release file %+q is listed twice", f.Name)
 		case f.Size < 0:
-			return fmt.Errorf("release file %q: negative size %d", f.Name, f.Size)
+			return fmt.Errorf("release file %+q: negative size %d", f.Name, f.Size)
 		case !hexRE.MatchString(f.SHA256):
-			return fmt.Errorf("release file %q: sha256 %q is not 64 lowercase hex digits", f.Name, f.SHA256)
+			return fmt.Errorf("release file %+q: sha256 %+q is not 64 lowercase hex digits", f.Name, f.SHA256)
 		}
 		switch f.Role {
 		case RoleKernel, RoleInitramfs, RoleRootfs, RoleBootloader, RoleSlot, RoleOther:
 		default:
-			return fmt.Errorf("release file %q: unknown role %q", f.Name, f.Role)
+			return fmt.Errorf("release file %+q: unknown role %+q", f.Name, f.Role)
 		}
 		seen[f.Name] = true
 	}

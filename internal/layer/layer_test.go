@@ -138,6 +138,7 @@ func TestUnpackRefuses(t *testing.T) {
 		{"indexed entry missing", craft(t, idx(fileOf("gone", good)), nil), DefaultLimits, `lists "gone", which the layer does not hold`},
 		{"index not first", craft(t, nil, []craftEntry{reg("a", good)}), DefaultLimits, "does not start with layer.json"},
 		{"unknown index schema", craft(t, &Index{Schema: "liken.dev/layer/v9"}, nil), DefaultLimits, `schema "liken.dev/layer/v9"`},
+		{"look-alike name", craft(t, idx(), []craftEntry{reg("manifests/cl\u0430ster.yaml", good)}), DefaultLimits, `"manifests/cl\u0430ster.yaml" is not in its index`},
 		{"name too long", craft(t, idx(fileOf(strings.Repeat("n", 300), good)), []craftEntry{reg(strings.Repeat("n", 300), good)}), DefaultLimits, "has a name of 300 bytes, more than the 255 allowed"},
 		{"padding after the archive", padded(t, craft(t, idx(fileOf("a", good)), []craftEntry{reg("a", good)}), 3<<20), Limits{MaxTotal: 1 << 20}, "decompresses to more than 2097152 bytes"},
 		{"larger than allowed as stored", realBytes, Limits{MaxCompressed: 100}, "larger than 100 bytes as stored"},

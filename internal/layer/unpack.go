@@ -197,7 +197,7 @@ func Read(r io.Reader, lim Limits) (*Index, map[string][]byte, error) {
 			return nil, nil, err
 		}
 		if _, dup := files[h.Name]; dup {
-			return nil, nil, fmt.Errorf("layer entry %q appears twice", h.Name)
+			return nil, nil, fmt.Errorf("layer entry %+q appears twice", h.Name)
 		}
 		if len(files) >= lim.MaxFiles {
 			return nil, nil, fmt.Errorf("layer has more than %d entries", lim.MaxFiles)
@@ -239,29 +239,29 @@ func Read(r io.Reader, lim Limits) (*Index, map[string][]byte, error) {
 		return nil, nil, fmt.Errorf("layer index is malformed: %w", err)
 	}
 	if idx.Schema != Schema {
-		return nil, nil, fmt.Errorf("layer index has schema %q; this liken reads %q", idx.Schema, Schema)
+		return nil, nil, fmt.Errorf("layer index has schema %+q; this liken reads %+q", idx.Schema, Schema)
 	}
 	listed := map[string]bool{}
 	for _, f := range idx.Files {
 		if listed[f.Name] {
-			return nil, nil, fmt.Errorf("layer index lists %q twice", f.Name)
+			return nil, nil, fmt.Errorf("layer index lists %+q twice", f.Name)
 		}
 		listed[f.Name] = true
 		b, ok := files[f.Name]
 		if !ok {
-			return nil, nil, fmt.Errorf("layer index lists %q, which the layer does not hold", f.Name)
+			return nil, nil, fmt.Errorf("layer index lists %+q, which the layer does not hold", f.Name)
 		}
 		sum := sha256.Sum256(b)
 		if got := hex.EncodeToString(sum[:]); int64(len(b)) != f.Size || got != f.SHA256 {
-			return nil, nil, fmt.Errorf("layer entry %q does not match its index (tampered or damaged): expected %d bytes sha256:%s, got %d bytes sha256:%s", f.Name, f.Size, f.SHA256, len(b), got)
+			return nil, nil, fmt.Errorf("layer entry %+q does not match its index (tampered or damaged): expected %d bytes sha256:%s, got %d bytes sha256:%s", f.Name, f.Size, f.SHA256, len(b), got)
 		}
 		if f.Mode&^0o777 != 0 {
-			return nil, nil, fmt.Errorf("layer entry %q has mode %o: only permission bits are allowed", f.Name, f.Mode)
+			return nil, nil, fmt.Errorf("layer entry %+q has mode %o: only permission bits are allowed", f.Name, f.Mode)
 		}
 	}
 	for _, n := range order[1:] {
 		if !listed[n] {
-			return nil, nil, fmt.Errorf("layer entry %q is not in its index", n)
+			return nil, nil, fmt.Errorf("layer entry %+q is not in its index", n)
 		}
 	}
 	return idx, files, nil
@@ -272,31 +272,31 @@ func checkHeader(h *tar.Header, lim Limits) error {
 	switch h.Typeflag {
 	case tar.TypeReg:
 	case tar.TypeSymlink:
-		return fmt.Errorf("layer entry %q is a symbolic link: layers hold only regular files", h.Name)
+		return fmt.Errorf("layer entry %+q is a symbolic link: layers hold only regular files", h.Name)
 	case tar.TypeLink:
-		return fmt.Errorf("layer entry %q is a hard link: layers hold only regular files", h.Name)
+		return fmt.Errorf("layer entry %+q is a hard link: layers hold only regular files", h.Name)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		return fmt.Errorf("layer entry %q is a device or pipe: layers hold only regular files", h.Name)
+		return fmt.Errorf("layer entry %+q is a device or pipe: layers hold only regular files", h.Name)
 	default:
-		return fmt.Errorf("layer entry %q has type %q: layers hold only regular files", h.Name, h.Typeflag)
+		return fmt.Errorf("layer entry %+q has type %+q: layers hold only regular files", h.Name, h.Typeflag)
 	}
 	n := h.Name
 	if len(n) > lim.MaxName {
-		return fmt.Errorf("layer entry %q... has a name of %d bytes, more than the %d allowed", n[:40], len(n), lim.MaxName)
+		return fmt.Errorf("layer entry %+q... has a name of %d bytes, more than the %d allowed", n[:40], len(n), lim.MaxName)
 	}
 	if n == "" || strings.HasPrefix(n, "/") || strings.Contains(n, "\\") || strings.ContainsRune(n, 0) {
-		return fmt.Errorf("layer entry %q: names must be relative paths", n)
+		return fmt.Errorf("layer entry %+q: names must be relative paths", n)
 	}
 	if path.Clean(n) != n {
-		return fmt.Errorf("layer entry %q: names must be clean paths", n)
+		return fmt.Errorf("layer entry %+q: names must be clean paths", n)
 	}
 	for _, part := range strings.Split(n, "/") {
 		if part == ".." || part == "." {
-			return fmt.Errorf("layer entry %q: names must not climb out of the layer", n)
+			return fmt.Errorf("layer entry %+q: names must not climb out of the layer", n)
 		}
 	}
 	if h.Size < 0 || h.Size > lim.MaxFileSize {
-		return fmt.Errorf("layer entry %q is %d bytes, more than the %d allowed", n, h.Size, lim.MaxFileSize)
+		return fmt.Errorf("layer entry %+q is %d bytes, more than the %d allowed", n, h.Size, lim.MaxFileSize)
 	}
 	return nil
 }

@@ -250,6 +250,8 @@ func TestFetchRefuses(t *testing.T) {
 			want: `name "../etc" is not a plain file name`},
 		{name: "absolute name", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Files[0].Name = "/etc/passwd" },
 			want: `name "/etc/passwd" is not a plain file name`},
+		{name: "look-alike name", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Files[0].Name = "rootfs.squ\u0430shfs" },
+			want: `name "rootfs.squ\u0430shfs" is not a plain file name`},
 		{name: "unknown schema", mutate: func(d *apirelease.Document, f map[string][]byte) { d.Schema = "liken.dev/release/v9" },
 			want: `schema "liken.dev/release/v9"`},
 		{name: "server 500", fault: &fault{status: 500}, want: "giving up after 4 attempts"},
