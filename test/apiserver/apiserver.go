@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -129,15 +130,24 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 
 	t1 := time.Now()
-	etcdURL, err := e.startEtcd()
-	if err != nil {
-		return nil, err
-	}
-	if err := e.startAPIServer(etcdURL); err != nil {
-		return nil, err
-	}
-	if err := e.waitReady(ctx, 3*time.Minute); err != nil {
-		return nil, err
+	// A port found free can still be taken by another test's server before ours binds it
+	// (packages run in parallel); such a start is made again on other ports.
+	for attempt := 1; ; attempt++ {
+		err = e.startControlPlane(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !e.lostPortRace() {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "apiserver: a port was taken before the bind (%v); starting again on other ports\n", firstLine(err))
+		e.killAll()
+		e.procs = nil
+		for _, d := range []string{"etcd", "logs"} {
+			if err := os.RemoveAll(e.path(d)); err != nil {
+				return nil, fmt.Errorf("clearing %s before starting again: %w", d, err)
+			}
+		}
 	}
 	e.Timings.Ready = time.Since(t1)
 
@@ -154,6 +164,34 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	e.Timings.Total = time.Since(t0)
 	return e, nil
+}
+
+func (e *Env) startControlPlane(ctx context.Context) error {
+	etcdURL, err := e.startEtcd()
+	if err != nil {
+		return err
+	}
+	if err := e.startAPIServer(etcdURL); err != nil {
+		return err
+	}
+	return e.waitReady(ctx, 3*time.Minute)
+}
+
+// lostPortRace says whether a failed start failed because etcd or kube-apiserver found its
+// port taken.
+func (e *Env) lostPortRace() bool {
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		b, _ := os.ReadFile(e.path("logs", name+".log"))
+		if strings.Contains(string(b), "address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
 }
 
 func (e *Env) path(parts ...string) string {
@@ -207,7 +245,7 @@ func (e *Env) writePKI() error {
 }
 
 func (e *Env) startEtcd() (string, error) {
-	client, peer := freePort(), freePort()
+	client, peer := pickPort(), pickPort()
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", client)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
 	err := e.spawn("etcd",
@@ -226,7 +264,7 @@ func (e *Env) startEtcd() (string, error) {
 }
 
 func (e *Env) startAPIServer(etcdURL string) error {
-	port := freePort()
+	port := pickPort()
 	e.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
 	e.apiserverArgs = []string{
 		"--etcd-servers=" + etcdURL,
@@ -270,7 +308,7 @@ func (e *Env) startControllerManager() error {
 		"--authentication-kubeconfig="+e.AdminKubeconfig,
 		"--authorization-kubeconfig="+e.AdminKubeconfig,
 		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", freePort()),
+		fmt.Sprintf("--secure-port=%d", pickPort()),
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
 		"--service-account-private-key-file="+e.path("pki", "sa.key"),
@@ -465,30 +503,45 @@ func (e *Env) Stop() { e.stop(os.Getenv("LIKEN_KEEP_TEST_DIRS") == "") }
 
 func (e *Env) stop(remove bool) {
 	e.stopOnce.Do(func() {
-		// Reverse order: the API server before etcd.
-		for i := len(e.procs) - 1; i >= 0; i-- {
-			p := e.procs[i]
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-				<-p.done
-			}
-		}
+		e.killAll()
 		if remove {
 			os.RemoveAll(e.Dir)
 		}
 	})
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("finding a free port: %v", err))
+// killAll ends every process, the API server before etcd.
+func (e *Env) killAll() {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		p := e.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+}
+
+// pickPort is freePort; a test replaces it to lose the race for a port on purpose.
+var pickPort = freePort
+
+// freePort returns a loopback port nothing listens on now. It is picked at random below
+// Linux's ephemeral range (32768 and up by default), where the kernel gives no port to
+// an outgoing connection or to a listener on port 0, so only another freePort (in another
+// test package) can take it before the server binds it; Start copes with that rare case.
+func freePort() int {
+	for range 1000 {
+		port := 10000 + rand.IntN(32768-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	panic("finding a free port: none of 1000 tried between 10000 and 32767 was free")
 }
 
 func tail(path string, n int) string {

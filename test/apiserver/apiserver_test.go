@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -110,4 +112,40 @@ func TestControlPlane(t *testing.T) {
 			t.Fatalf("the disruption controller never observed the PDB: %v", err)
 		}
 	})
+}
+
+// TestStartAgainWhenPortTaken: the port chosen for kube-apiserver is taken by another
+// server before kube-apiserver binds it (as when test packages run in parallel); Start
+// starts the control plane again on other ports instead of failing.
+func TestStartAgainWhenPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	calls := 0
+	pickPort = func() int {
+		calls++
+		if calls == 3 { // etcd's client and peer ports come first, then kube-apiserver's
+			return takenPort
+		}
+		return freePort()
+	}
+	defer func() { pickPort = freePort }()
+
+	env, err := Start(t.Context(), Options{})
+	if err != nil {
+		t.Fatalf("Start with its first port taken: %v", err)
+	}
+	defer env.Stop()
+	if calls < 6 {
+		t.Errorf("ports picked: %d; want a second round after the first failed", calls)
+	}
+	if env.Host == fmt.Sprintf("https://127.0.0.1:%d", takenPort) {
+		t.Errorf("the API server is said to be on the taken port %d", takenPort)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(env.Admin).Discovery().ServerVersion(); err != nil {
+		t.Errorf("the API server started the second time does not answer: %v", err)
+	}
 }
