@@ -311,12 +311,31 @@ type ClusterStatus struct {
 	// Rollout is the progress towards spec.version.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
-	// Turns are the machines that currently hold a disruption-budget turn.
+	// Turns are the machines that currently hold a disruption-budget turn. The coordinator
+	// writes them with optimistic concurrency, so two coordinators never grant more than
+	// the budget.
 	// +optional
 	// +listType=map
 	// +listMapKey=machine
 	// +kubebuilder:validation:MaxItems=1024
 	Turns []Turn `json:"turns,omitempty"`
+	// Waiting are the machines waiting for a turn, in the order they get one, each with
+	// what it waits for.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	// +kubebuilder:validation:MaxItems=4096
+	Waiting []WaitingMachine `json:"waiting,omitempty"`
+	// DrainBlocked are the machines whose last drain did not finish in time: they gave
+	// their turn back and wait until RetryAt.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	// +kubebuilder:validation:MaxItems=4096
+	DrainBlocked []DrainBlock `json:"drainBlocked,omitempty"`
+	// Coordinator is the machine whose agent leads reboot coordination.
+	// +optional
+	Coordinator string `json:"coordinator,omitempty"`
 	// Conditions: Available, Progressing, Degraded (see conditions.go for reasons).
 	// +optional
 	// +listType=map
@@ -349,15 +368,68 @@ type RolloutStatus struct {
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 }
 
+// TurnPhase is where a turn is.
+// +kubebuilder:validation:Enum=Draining;Drained
+type TurnPhase string
+
+const (
+	// TurnDraining: the coordinator cordons the machine's Node and evicts its pods.
+	TurnDraining TurnPhase = "Draining"
+	// TurnDrained: the Node is empty; the machine reboots, comes back and passes its health
+	// gate, and then the coordinator uncordons it and takes the turn back.
+	TurnDrained TurnPhase = "Drained"
+)
+
 // Turn is one machine's right to be unavailable.
 type Turn struct {
 	// Machine holding the turn.
 	Machine string `json:"machine"`
 	// Since when it holds it.
 	Since metav1.Time `json:"since"`
-	// Reason the machine is down: the pending hash it reboots for, or "request".
+	// PendingHash is the machine's pending set the turn was given for; a machine reboots
+	// only for exactly that set.
+	// +optional
+	PendingHash string `json:"pendingHash,omitempty"`
+	// Phase is Draining, then Drained.
+	// +optional
+	Phase TurnPhase `json:"phase,omitempty"`
+	// CordonedBefore: the Node was already cordoned (by an operator) when the turn was
+	// given, so liken leaves it cordoned afterwards.
+	// +optional
+	CordonedBefore bool `json:"cordonedBefore,omitempty"`
+}
+
+// WaitingMachine is a machine waiting for a turn.
+type WaitingMachine struct {
+	// Machine waiting.
+	Machine string `json:"machine"`
+	// Since when it waits.
+	Since metav1.Time `json:"since"`
+	// Reason is what it waits for.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+}
+
+// DrainBlock is a drain that did not finish within drain.timeout.
+type DrainBlock struct {
+	// Machine whose drain was blocked.
+	Machine string `json:"machine"`
+	// PendingHash is the pending set the drain was for.
+	// +optional
+	PendingHash string `json:"pendingHash,omitempty"`
+	// Since is when the blocked drain gave up.
+	Since metav1.Time `json:"since"`
+	// Attempts is how many drains for this pending set were blocked.
+	Attempts int32 `json:"attempts"`
+	// RetryAt is when the machine may take a turn again.
+	RetryAt metav1.Time `json:"retryAt"`
+	// BlockingPods are the namespace/name of the pods still in place.
+	// +optional
+	// +listType=atomic
+	BlockingPods []string `json:"blockingPods,omitempty"`
+	// Message says what blocked the drain: the pods and PodDisruptionBudgets in the way.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // +kubebuilder:object:root=true

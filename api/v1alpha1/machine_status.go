@@ -200,7 +200,7 @@ type PendingChange struct {
 }
 
 // RebootState is where a machine is in its reboot.
-// +kubebuilder:validation:Enum=None;WaitingForApproval;WaitingForTurn;Draining;Rebooting;Verifying
+// +kubebuilder:validation:Enum=None;WaitingForApproval;WaitingForTurn;Draining;DrainBlocked;Rebooting;Verifying
 type RebootState string
 
 const (
@@ -211,8 +211,13 @@ const (
 	RebootWaitingForApproval RebootState = "WaitingForApproval"
 	// RebootWaitingForTurn: the reboot may go ahead once the disruption budget gives a turn.
 	RebootWaitingForTurn RebootState = "WaitingForTurn"
-	// RebootDraining: the machine holds a turn, is cordoned and evicts its pods.
+	// RebootDraining: the machine holds a turn; the coordinator cordons its Node and evicts
+	// its pods.
 	RebootDraining RebootState = "Draining"
+	// RebootDrainBlocked: the last drain did not finish within drain.timeout; the machine
+	// was uncordoned, gave its turn back and waits to try again (the message names the
+	// pods and PodDisruptionBudgets in the way, and when).
+	RebootDrainBlocked RebootState = "DrainBlocked"
 	// RebootRebooting: the machine is going down.
 	RebootRebooting RebootState = "Rebooting"
 	// RebootVerifying: the machine is back and waits to be healthy before it gives the turn
@@ -225,6 +230,9 @@ type RebootStatus struct {
 	// State is where the machine is.
 	// +optional
 	State RebootState `json:"state,omitempty"`
+	// Since is when State last changed.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 	// Message says why, in words: what it waits for, or what blocks it.
 	// +optional
 	Message string `json:"message,omitempty"`

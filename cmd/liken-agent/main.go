@@ -21,6 +21,7 @@ import (
 
 	"liken.dev/liken/internal/agent"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/host/hardware"
 	"liken.dev/liken/internal/host/k3s"
@@ -56,6 +57,7 @@ func run() error {
 		tokenFile  = flag.String("k3s-token-file", k3s.DefaultPaths.TokenFile, "k3s join token file")
 		dataDir    = flag.String("k3s-data-dir", k3s.DefaultPaths.DataDir, "k3s data directory")
 		healthz    = flag.String("k3s-healthz", "http://127.0.0.1:10248/healthz", "k3s's health check (the kubelet's); empty: not checked")
+		coord      = flag.Bool("coordinator", false, "take part in electing the reboot coordinator (server machines)")
 	)
 	flag.Parse()
 	if *machine == "" {
@@ -74,7 +76,7 @@ func run() error {
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
 		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition, K3sHealthz: *healthz,
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
-		Log:      log, Metrics: m,
+		Log:      log, Metrics: m, Coordinator: coordinatorConfig(*coord),
 	})
 	if err != nil {
 		return err
@@ -114,4 +116,12 @@ func slotPartition(slot string) (release.PartitionTarget, error) {
 		return release.PartitionTarget{}, fmt.Errorf("sizing slot %s (%s): %w", slot, dev, err)
 	}
 	return release.PartitionTarget{Path: dev, Size: size}, nil
+}
+
+// coordinatorConfig is the reboot coordinator's configuration on a server, nil elsewhere.
+func coordinatorConfig(on bool) *coordinator.Config {
+	if !on {
+		return nil
+	}
+	return &coordinator.Config{}
 }

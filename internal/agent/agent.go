@@ -26,6 +26,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/event"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
@@ -79,6 +80,10 @@ type Config struct {
 	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Coordinator, on a server machine, runs reboot coordination (internal/coordinator)
+	// beside the agent: the fields the agent knows (machine, client, Events, log, clock)
+	// are filled in. Nil on agent machines.
+	Coordinator *coordinator.Config
 	// LastWords bounds how long the agent waits for what it says before going down (its
 	// status and Events, before a reboot or when stopped) to reach the API server; what has
 	// not by then is kept and said after the next start. Zero means 15 seconds.
@@ -183,6 +188,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.events.Run(sendCtx)
 	a.resendUnsent(sendCtx)
 
+	if a.cfg.Coordinator != nil {
+		cc := *a.cfg.Coordinator
+		cc.Machine, cc.REST, cc.Events, cc.Log, cc.Now = a.cfg.Machine, a.cfg.REST, a.events, a.cfg.Log, a.cfg.Now
+		co, err := coordinator.New(cc)
+		if err != nil {
+			return err
+		}
+		// It gives its Lease up when ctx ends, before the agent's last words.
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() { defer close(done); co.Run(ctx) }()
+	}
 	enqueue := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.queue.Add(keyReconcile) },
 		UpdateFunc: func(any, any) { a.queue.Add(keyReconcile) },

@@ -21,6 +21,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
@@ -184,7 +185,40 @@ func setup(t testing.TB, machines map[string]v1alpha1.Role) *fixture {
 			t.Fatal(err)
 		}
 	}
+	// Registered first, so it runs after the machines' own clean-ups have stopped them: a
+	// test's machines leave the fleet, and no later test counts their Nodes as unavailable.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, n := range names {
+			_ = f.admin.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+			_ = f.liken.DeleteMachine(ctx, n)
+		}
+	})
+	f.startCoordinator(t)
 	return f
+}
+
+// startCoordinator runs the real reboot coordinator, as a server machine's agent runs it,
+// with the credentials of a server named "coordinator" that has no Machine of its own.
+func (f *fixture) startCoordinator(t testing.TB) {
+	t.Helper()
+	if err := authority.InstallServers(t.Context(), f.admin, "coordinator"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.UserConfig(authority.User("coordinator"), authority.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := coordinator.New(coordinator.Config{Machine: "coordinator", REST: cfg,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		Resync: 500 * time.Millisecond, EvictRetry: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); co.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 func (f *fixture) editMachine(name string, edit func(*v1alpha1.Machine)) {
@@ -360,8 +394,8 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		f.editMachine("s1", func(m *v1alpha1.Machine) {
 			m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test"}}
 		})
-		f.waitFor(t, "s1", "the approval counted, and the machine says it cannot reboot", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-			return m.Status.Reboot.State == v1alpha1.RebootWaitingForTurn && m.Status.PendingHash == hash &&
+		f.waitFor(t, "s1", "the approval counted, and the machine says it cannot reboot (and asks for no turn)", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return m.Status.Reboot.State == v1alpha1.RebootNone && m.Status.PendingHash == hash && strings.Contains(m.Status.Reboot.Message, "approved by test") &&
 				strings.Contains(m.Status.Reboot.Message, "liken cannot reboot it")
 		})
 		// A new edit while staged changes the set, so the earlier approval no longer counts.

@@ -35,6 +35,8 @@ type outcome struct {
 	// view is where the machine stands with releases; rebooting once a reboot is asked of init.
 	view      *upgradeView
 	rebooting bool
+	// reboot is where the machine stands in its reboot (turn.go).
+	reboot *rebootView
 }
 
 // reconcile is one pass: read, classify, apply live, render k3s, stage the rest, persist,
@@ -123,6 +125,8 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err := a.commitTrial(ctx, m, c, out); err != nil {
 		return err
 	}
+	rv := a.rebootView(m, c, pending, change.PendingHash(pending), out)
+	out.reboot = &rv
 	if rebooting, err := a.maybeReboot(ctx, m, out.view, change.PendingHash(pending), out); err != nil || rebooting {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,14 +25,8 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
 	s.PendingCount = int32(len(s.Pending))
 	s.PendingHash = change.PendingHash(s.Pending)
-	rm := m
-	if m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil && a.approvalUsed(m) {
-		rm = m.DeepCopy() // an approval that already rebooted the machine counts no more
-		rm.Spec.Reboot.Approval = nil
-	}
-	s.Reboot.State, s.Reboot.Message = rebootState(rm, out.clusterPolicy, s.Pending, s.PendingHash)
-	if a.cfg.Boot == nil && s.Reboot.State != v1alpha1.RebootNone {
-		s.Reboot.Message += "; but liken's init did not boot this machine, so liken cannot reboot it"
+	if rv := out.reboot; rv != nil {
+		s.Reboot.State, s.Reboot.Message = rv.state, rv.message
 	}
 	s.Reboot.ApprovedHash = a.st.ApprovedHash
 	s.Reboot.LastRequestHandled = a.st.LastRequestHandled
@@ -41,15 +36,16 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		s.Release = v.release
 		s.Upgrade = *v.status.DeepCopy()
 		failed = v.failed
-		switch {
-		case v.status.State == v1alpha1.UpgradeFellBack && onlyVersionsPending(s.Pending):
-			s.Reboot.State, s.Reboot.Message = v1alpha1.RebootNone, "no reboot: the wanted release failed its trial here"
-		case v.status.State == v1alpha1.UpgradeDownloading && s.Reboot.State != v1alpha1.RebootNone:
-			s.Reboot.Message = "the new release is still being written into the inactive slot; " + s.Reboot.Message
-		}
 	}
 	if out.rebooting {
 		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"
+	}
+	if s.Reboot.State == "" {
+		s.Reboot.State = v1alpha1.RebootNone
+	}
+	if s.Reboot.State != m.Status.Reboot.State || s.Reboot.Since == nil {
+		now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
+		s.Reboot.Since = &now
 	}
 	if s.Upgrade.State == "" {
 		s.Upgrade.State = v1alpha1.UpgradeIdle
@@ -77,37 +73,6 @@ func onlyVersionsPending(pending []v1alpha1.PendingChange) bool {
 		}
 	}
 	return true
-}
-
-// rebootState says what a staged reboot waits for. Taking the reboot is the coordinator's
-// job; the agent only reports where the machine stands.
-func rebootState(m *v1alpha1.Machine, clusterPolicy v1alpha1.RebootPolicy, pending []v1alpha1.PendingChange, hash string) (v1alpha1.RebootState, string) {
-	var reboot []string
-	for _, p := range pending {
-		if p.Class == v1alpha1.Reboot {
-			reboot = append(reboot, p.Field)
-		}
-	}
-	if len(reboot) == 0 {
-		return v1alpha1.RebootNone, ""
-	}
-	policy := clusterPolicy
-	if policy == "" {
-		policy = v1alpha1.RebootManual
-	}
-	if m.Spec.RebootPolicy != nil {
-		policy = *m.Spec.RebootPolicy
-	}
-	approved := m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil && m.Spec.Reboot.Approval.PendingHash == hash
-	if policy == v1alpha1.RebootManual && !approved {
-		return v1alpha1.RebootWaitingForApproval, fmt.Sprintf("%s need a reboot; approve pending set %s with liken approve-reboot", strings.Join(reboot, ", "), hash)
-	}
-	if !approved {
-		// Named as what it is: nothing grants turns yet, so an Auto machine waits until approved.
-		return v1alpha1.RebootWaitingForTurn, fmt.Sprintf("%s need a reboot; rebootPolicy is Auto, but reboot coordination (disruption-budget turns) is not built yet: approve pending set %s to reboot now",
-			strings.Join(reboot, ", "), hash)
-	}
-	return v1alpha1.RebootWaitingForTurn, fmt.Sprintf("%s need a reboot; approved, rebooting", strings.Join(reboot, ", "))
 }
 
 // condInput is what the conditions are computed from.

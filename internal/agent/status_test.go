@@ -57,38 +57,90 @@ func TestConditions(t *testing.T) {
 	}
 }
 
-func TestRebootState(t *testing.T) {
-	m := &v1alpha1.Machine{}
+// TestRebootView: what a machine says of its reboot, and whether it may reboot, from its
+// pending set, policy, approval and the coordinator's records.
+func TestRebootView(t *testing.T) {
+	t0 := time.Unix(1785000000, 0)
 	reboot := []v1alpha1.PendingChange{{Field: "machine.spec.network", Class: v1alpha1.Reboot}}
 	nextBoot := []v1alpha1.PendingChange{{Field: "machine.spec.kernelArgs", Class: v1alpha1.NextBoot}}
-	if s, _ := rebootState(m, "", nil, ""); s != v1alpha1.RebootNone {
-		t.Errorf("nothing pending: %s", s)
+	hash := change.PendingHash(reboot)
+	approval := func(h string) *v1alpha1.RebootControl {
+		return &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: h, ApprovedBy: "ops", ApprovedAt: &metav1.Time{Time: t0}}}
 	}
-	if s, _ := rebootState(m, "", nextBoot, "sha256:x"); s != v1alpha1.RebootNone {
-		t.Errorf("only NextBoot pending asks for no reboot: %s", s)
+	auto, manual := v1alpha1.RebootAuto, v1alpha1.RebootManual
+	turn := func(phase v1alpha1.TurnPhase, h string) []v1alpha1.Turn {
+		return []v1alpha1.Turn{{Machine: "m1", PendingHash: h, Phase: phase, Since: metav1.NewTime(t0)}}
 	}
-	if s, _ := rebootState(m, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
-		t.Errorf("Manual without approval: %s", s)
+	healthy := &outcome{nodeReady: true, failures: map[string]string{}}
+	for _, tt := range []struct {
+		name      string
+		spec      v1alpha1.MachineSpec
+		cluster   v1alpha1.ClusterSpec
+		status    v1alpha1.ClusterStatus
+		pending   []v1alpha1.PendingChange
+		st        state.State
+		out       *outcome
+		want      v1alpha1.RebootState
+		mayReboot bool
+		says      string
+	}{
+		{name: "nothing pending", want: v1alpha1.RebootNone},
+		{name: "only NextBoot pending asks for no reboot", pending: nextBoot, want: v1alpha1.RebootNone},
+		{name: "Manual without approval", pending: reboot, want: v1alpha1.RebootWaitingForApproval, says: "approve pending set " + hash},
+		{name: "an approval of another set is stale", pending: reboot, spec: v1alpha1.MachineSpec{Reboot: approval("sha256:old")},
+			want: v1alpha1.RebootWaitingForApproval, says: "stale"},
+		{name: "approved: waits for a turn", pending: reboot, spec: v1alpha1.MachineSpec{Reboot: approval(hash)},
+			status: v1alpha1.ClusterStatus{Coordinator: "s1", Waiting: []v1alpha1.WaitingMachine{{Machine: "m1", Reason: "the disruption budget allows 1"}}},
+			want:   v1alpha1.RebootWaitingForTurn, says: "(approved by ops); waiting for a disruption-budget turn: the disruption budget allows 1"},
+		{name: "no coordinator yet is said", pending: reboot, spec: v1alpha1.MachineSpec{Reboot: approval(hash)},
+			want: v1alpha1.RebootWaitingForTurn, says: "no coordinator"},
+		{name: "Auto needs no approval", pending: reboot, spec: v1alpha1.MachineSpec{RebootPolicy: &auto},
+			want: v1alpha1.RebootWaitingForTurn, says: "rebootPolicy is Auto"},
+		{name: "Cluster Auto", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto}, want: v1alpha1.RebootWaitingForTurn},
+		{name: "Machine Manual overrides Cluster Auto", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto},
+			spec: v1alpha1.MachineSpec{RebootPolicy: &manual}, want: v1alpha1.RebootWaitingForApproval},
+		{name: "Auto never reboots twice for one set", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto},
+			st: state.State{ApprovedHash: hash}, want: v1alpha1.RebootWaitingForApproval, says: "happened already"},
+		{name: "a used approval does not count again", pending: reboot, spec: v1alpha1.MachineSpec{Reboot: approval(hash)},
+			st: state.State{ApprovedHash: hash, ApprovedAt: &metav1.Time{Time: t0}}, want: v1alpha1.RebootWaitingForApproval},
+		{name: "a turn being drained", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto}, status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDraining, hash)},
+			want: v1alpha1.RebootDraining, says: "cordons the Node"},
+		{name: "a drained turn for this set: reboot", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto}, status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, hash)},
+			want: v1alpha1.RebootDraining, mayReboot: true},
+		{name: "a drained turn for another set: no reboot", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto}, status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, "sha256:old")},
+			want: v1alpha1.RebootWaitingForTurn},
+		{name: "a drained turn under Manual without approval: no reboot", pending: reboot, status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, hash)},
+			want: v1alpha1.RebootWaitingForApproval},
+		{name: "a blocked drain holds it back until its retry time", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto},
+			status: v1alpha1.ClusterStatus{DrainBlocked: []v1alpha1.DrainBlock{{Machine: "m1", PendingHash: hash, RetryAt: metav1.NewTime(t0.Add(time.Minute)), Message: "pod x/y: PodDisruptionBudget x/pdb"}}},
+			want:   v1alpha1.RebootDrainBlocked, says: "PodDisruptionBudget x/pdb"},
+		{name: "after the retry time it waits for a turn again", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto},
+			status: v1alpha1.ClusterStatus{DrainBlocked: []v1alpha1.DrainBlock{{Machine: "m1", PendingHash: hash, RetryAt: metav1.NewTime(t0.Add(-time.Second))}}},
+			want:   v1alpha1.RebootWaitingForTurn},
+		{name: "back from the reboot, not healthy: verifying", status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, hash)},
+			out: &outcome{failures: map[string]string{}}, want: v1alpha1.RebootVerifying, says: "Node is not Ready"},
+		{name: "back from the reboot and healthy", status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, hash)},
+			out: healthy, want: v1alpha1.RebootNone, says: "takes the turn back"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := tt.st
+			a := &Agent{st: &st, cfg: Config{Machine: "m1", Boot: supervisor.Client{}, Now: func() time.Time { return t0 }}}
+			out := tt.out
+			if out == nil {
+				out = &outcome{failures: map[string]string{}}
+			}
+			m := &v1alpha1.Machine{Spec: tt.spec}
+			c := &v1alpha1.Cluster{Spec: tt.cluster, Status: tt.status}
+			rv := a.rebootView(m, c, tt.pending, change.PendingHash(tt.pending), out)
+			if rv.state != tt.want || rv.mayReboot != tt.mayReboot || !strings.Contains(rv.message, tt.says) {
+				t.Errorf("got %s (may reboot %v): %q; want %s (may reboot %v) saying %q", rv.state, rv.mayReboot, rv.message, tt.want, tt.mayReboot, tt.says)
+			}
+		})
 	}
-	m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:old", ApprovedAt: &metav1.Time{}}}
-	if s, _ := rebootState(m, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
-		t.Errorf("an approval of another set counted: %s", s)
-	}
-	m.Spec.Reboot.Approval.PendingHash = "sha256:x"
-	if s, _ := rebootState(m, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
-		t.Errorf("approved: %s", s)
-	}
-	auto := v1alpha1.RebootAuto
-	m2 := &v1alpha1.Machine{Spec: v1alpha1.MachineSpec{RebootPolicy: &auto}}
-	if s, _ := rebootState(m2, "", reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
-		t.Errorf("Auto: %s", s)
-	}
-	if s, _ := rebootState(&v1alpha1.Machine{}, v1alpha1.RebootAuto, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForTurn {
-		t.Errorf("Cluster Auto: %s", s)
-	}
-	manual := v1alpha1.RebootManual
-	if s, _ := rebootState(&v1alpha1.Machine{Spec: v1alpha1.MachineSpec{RebootPolicy: &manual}}, v1alpha1.RebootAuto, reboot, "sha256:x"); s != v1alpha1.RebootWaitingForApproval {
-		t.Errorf("Machine Manual overriding Cluster Auto: %s", s)
+	a := &Agent{st: &state.State{}, cfg: Config{Machine: "m1", Now: time.Now}}
+	rv := a.rebootView(&v1alpha1.Machine{Spec: v1alpha1.MachineSpec{Reboot: approval(hash)}}, &v1alpha1.Cluster{}, reboot, hash, &outcome{})
+	if rv.state != v1alpha1.RebootNone || !strings.Contains(rv.message, "liken cannot reboot it") {
+		t.Errorf("without boot control a machine asks for a turn: %s %q", rv.state, rv.message)
 	}
 }
 

@@ -322,11 +322,13 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	case version == "":
 		v.status.Message = "no release version is set"
 		a.stopJob()
+		v.releaseReady = true // a reboot for other changes runs the same release
 		return v
 	case digest == "":
 		out.failures["version"] = fmt.Sprintf("release %s is not pinned in the Cluster's spec.releases", version)
 		v.status.Message = out.failures["version"]
 		a.stopJob()
+		v.releaseReady = true // a reboot for other changes runs the same release
 		return v
 	}
 	v.status.TargetVersion, v.status.TargetDigest = version, digest
@@ -580,34 +582,41 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	if a.cfg.Boot == nil || bi == nil || (bi.Trial && !bi.Committed) || a.rebooting {
 		return a.rebooting, nil
 	}
-	// Every reboot, an operator's request included (it is pending like a change), needs an
-	// approval of exactly the pending set, and waits while a wanted release is still being
-	// written, so one approval covers all of it. Under rebootPolicy Auto the reboot waits
-	// for the coordinator's turn, which is not built yet: only an approval reboots.
-	// A wanted release that failed its trial here is not retried, so it alone is no reason
-	// to reboot.
+	// Every reboot, an operator's request included (it is pending like a change), needs a
+	// drained disruption-budget turn given for exactly the pending set and, under Manual,
+	// an approval of that set (rebootView); it waits while a wanted release is still being
+	// written, so one approval covers all of it. A wanted release that failed its trial
+	// here is not retried, so it alone is no reason to reboot.
 	rebootFields := !onlyVersionsPending(a.st.Pending)
 	if v.status.State != v1alpha1.UpgradeFellBack {
 		for _, p := range a.st.Pending {
 			rebootFields = rebootFields || p.Class == v1alpha1.Reboot
 		}
 	}
-	if !rebootFields || !v.releaseReady || !a.approved(m, hash) {
+	if !rebootFields || !v.releaseReady || out.reboot == nil || !out.reboot.mayReboot {
 		return false, nil
 	}
 	prevApproved, prevApprovedAt, prevRequest := a.st.ApprovedHash, a.st.ApprovedAt, a.st.LastRequestHandled
-	why := fmt.Sprintf("approved staged changes %s", hash)
+	why := fmt.Sprintf("staged changes %s", hash)
 	if p := a.requestPending(m); p != nil {
 		r := m.Spec.Reboot.Request
 		why = fmt.Sprintf("%s asked for a reboot at %s", orSomeone(r.RequestedBy), r.RequestedAt.UTC().Format(time.RFC3339))
 		if r.Reason != "" {
 			why += " (" + r.Reason + ")"
 		}
-		why += fmt.Sprintf("; approved with staged changes %s", hash)
+		why += fmt.Sprintf("; with staged changes %s", hash)
 		t := r.RequestedAt
 		a.st.LastRequestHandled = &t
 	}
-	a.st.ApprovedHash, a.st.ApprovedAt = hash, m.Spec.Reboot.Approval.ApprovedAt
+	// Remembered whatever the policy, so no set reboots the machine twice by itself.
+	a.st.ApprovedHash, a.st.ApprovedAt = hash, nil
+	if a.approved(m, hash) {
+		a.st.ApprovedAt = m.Spec.Reboot.Approval.ApprovedAt
+		why += ", approved by " + orSomeone(m.Spec.Reboot.Approval.ApprovedBy)
+	} else {
+		why += ", rebootPolicy Auto"
+	}
+	why += ", on its disruption-budget turn"
 	req := supervisor.RebootRequest{Why: why}
 	trialSlot := v.trialSlot
 	if trialSlot == "" && v.trialArgs != bi.KernelArgs {

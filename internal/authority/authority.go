@@ -66,6 +66,66 @@ func MachineRBAC(machine string) (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBindin
 	return role, binding
 }
 
+// Coordinator role names: what the reboot coordinator may do, bound to each server
+// machine's user. A server holds the cluster's datastore and CAs, so these rights give it
+// nothing it could not take; agents never get them, so an agent machine's credential
+// can cordon only its own Node and evict nothing: the coordinator drains for it.
+const (
+	CoordinatorRole = "liken:coordinator"
+	// LeaseName is the Lease that elects one coordinator, in liken-system.
+	LeaseName = "liken-coordinator"
+)
+
+// CoordinatorRBAC returns the coordinator's ClusterRole (read machines and the Cluster,
+// write the Cluster's status, cordon Nodes, evict pods) and its Role for the leader
+// election Lease in liken-system.
+func CoordinatorRBAC() (*rbacv1.ClusterRole, *rbacv1.Role) {
+	g := v1alpha1.GroupVersion.Group
+	labels := map[string]string{"app.kubernetes.io/managed-by": "liken"}
+	role := &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: CoordinatorRole, Labels: labels},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{g}, Resources: []string{"machines", "clusters"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{g}, Resources: []string{"clusters/status"}, ResourceNames: []string{v1alpha1.ClusterName}, Verbs: []string{"get", "update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			// Drains: list a node's pods, evict them (the eviction API honours
+			// PodDisruptionBudgets); delete only when drain.force is set.
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"get", "list"}},
+		},
+	}
+	lease := &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: CoordinatorRole, Namespace: v1alpha1.SecretNamespace, Labels: labels},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName}, Verbs: []string{"get", "update", "patch"}},
+		},
+	}
+	return role, lease
+}
+
+// ServerRBAC binds a server machine's user to the coordinator's roles.
+func ServerRBAC(machine string) (*rbacv1.ClusterRoleBinding, *rbacv1.RoleBinding) {
+	labels := map[string]string{"app.kubernetes.io/managed-by": "liken", "liken.dev/machine": machine}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: "rbac.authorization.k8s.io", Name: User(machine)}}
+	name := "liken:coordinator:" + machine
+	return &rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: CoordinatorRole},
+			Subjects:   subjects,
+		}, &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1alpha1.SecretNamespace, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: CoordinatorRole},
+			Subjects:   subjects,
+		}
+}
+
 // SharedRBAC returns what every machine may do: read Secrets in liken-system (registry
 // credentials and CAs the Cluster names) and record Events.
 func SharedRBAC() ([]*rbacv1.Role, []*rbacv1.RoleBinding) {
@@ -140,6 +200,52 @@ func Install(ctx context.Context, kube kubernetes.Interface, machines ...string)
 			return err
 		}, func() error {
 			_, err := kube.RbacV1().ClusterRoleBindings().Update(ctx, binding, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InstallServers creates or updates the coordinator's roles and binds each named server
+// machine to them (Install makes the machines' own RBAC and the namespace first).
+func InstallServers(ctx context.Context, kube kubernetes.Interface, servers ...string) error {
+	role, lease := CoordinatorRBAC()
+	if err := upsert(ctx, role.Name, func() error {
+		_, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := upsert(ctx, lease.Name, func() error {
+		_, err := kube.RbacV1().Roles(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := kube.RbacV1().Roles(lease.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, m := range servers {
+		crb, rb := ServerRBAC(m)
+		if err := upsert(ctx, crb.Name, func() error {
+			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+			return err
+		}, func() error {
+			_, err := kube.RbacV1().ClusterRoleBindings().Update(ctx, crb, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := upsert(ctx, rb.Name, func() error {
+			_, err := kube.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
+			return err
+		}, func() error {
+			_, err := kube.RbacV1().RoleBindings(rb.Namespace).Update(ctx, rb, metav1.UpdateOptions{})
 			return err
 		}); err != nil {
 			return err

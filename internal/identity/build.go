@@ -214,6 +214,13 @@ func clusterObjects(machines []*v1alpha1.Machine) (map[string][]byte, error) {
 			return nil, err
 		}
 	}
+	coord, lease := authority.CoordinatorRBAC()
+	if err := add(coord); err != nil {
+		return nil, err
+	}
+	if err := add(lease); err != nil {
+		return nil, err
+	}
 	for _, m := range machines {
 		r, b := authority.MachineRBAC(m.Name)
 		if err := add(r); err != nil {
@@ -221,6 +228,15 @@ func clusterObjects(machines []*v1alpha1.Machine) (map[string][]byte, error) {
 		}
 		if err := add(b); err != nil {
 			return nil, err
+		}
+		if m.Spec.Role == v1alpha1.RoleServer {
+			crb, rb := authority.ServerRBAC(m.Name)
+			if err := add(crb); err != nil {
+				return nil, err
+			}
+			if err := add(rb); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return map[string][]byte{"liken-crds.yaml": crdYAML.Bytes(), "liken-rbac.yaml": rbac.Bytes()}, nil

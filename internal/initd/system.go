@@ -340,9 +340,13 @@ func (s *system) run() error {
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
 		Env:    k3sEnv(s.cmd),
 		Stdout: console, Stderr: console}, nil)
+	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
+		"--state-dir", likenState, "--join", s.join}
+	if s.machine.Spec.Role == v1alpha1.RoleServer {
+		agentArgs = append(agentArgs, "--coordinator") // servers take part in the election
+	}
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
-		Args: []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
-			"--state-dir", likenState, "--join", s.join},
+		Args: agentArgs,
 		Env: []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
 	registerSupervised("k3s", k3sProc.PID)
 	registerSupervised("liken-agent", agentProc.PID)

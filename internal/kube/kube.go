@@ -101,11 +101,25 @@ func (c *Client) UpdateCluster(ctx context.Context, cl *v1alpha1.Cluster) (*v1al
 	return out, err
 }
 
+// UpdateClusterStatus writes cl's status through the status subresource, with optimistic
+// concurrency on cl's resourceVersion: a write based on an older Cluster is refused with a
+// conflict.
+func (c *Client) UpdateClusterStatus(ctx context.Context, cl *v1alpha1.Cluster) (*v1alpha1.Cluster, error) {
+	out := &v1alpha1.Cluster{}
+	err := c.rest.Put().Resource("clusters").Name(cl.Name).SubResource("status").Body(cl).Do(ctx).Into(out)
+	return out, err
+}
+
 // CreateMachine stores a new Machine.
 func (c *Client) CreateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
 	out := &v1alpha1.Machine{}
 	err := c.rest.Post().Resource("machines").Body(m).Do(ctx).Into(out)
 	return out, err
+}
+
+// DeleteMachine deletes a Machine.
+func (c *Client) DeleteMachine(ctx context.Context, name string) error {
+	return c.rest.Delete().Resource("machines").Name(name).Do(ctx).Error()
 }
 
 // CreateCluster stores the Cluster.
@@ -118,6 +132,21 @@ func (c *Client) CreateCluster(ctx context.Context, cl *v1alpha1.Cluster) (*v1al
 // MachineListWatch lists and watches the one Machine called name.
 func (c *Client) MachineListWatch(name string) cache.ListerWatcher {
 	return byName(c.rest, "machines", name, func() runtime.Object { return &v1alpha1.MachineList{} })
+}
+
+// MachinesListWatch lists and watches every Machine.
+func (c *Client) MachinesListWatch() cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			out := &v1alpha1.MachineList{}
+			err := c.rest.Get().Resource("machines").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch = true
+			return c.rest.Get().Resource("machines").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+		},
+	}
 }
 
 // ClusterListWatch lists and watches the Cluster.

@@ -102,6 +102,10 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 	if err := authority.Install(t.Context(), admin, "vm-1"); err != nil {
 		t.Fatal(err)
 	}
+	// vm-1 is a server: its agent runs the reboot coordinator, which grants its turns.
+	if err := authority.InstallServers(t.Context(), admin, "vm-1"); err != nil {
+		t.Fatal(err)
+	}
 	// The example Cluster's registry settings name these Secrets; the agent in the VM reads them.
 	for name, data := range map[string]map[string]string{
 		"registry-mirror-credentials": {"username": "liken", "password": "s3cret"},

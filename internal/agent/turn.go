@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+// rebootView is where this machine stands in its reboot: from its pending set, its reboot
+// policy and approval, and what the coordinator recorded in the Cluster's status (the
+// turn it holds, a drain that was blocked, what it waits for).
+type rebootView struct {
+	state   v1alpha1.RebootState
+	message string
+	// mayReboot: the machine holds a drained turn for exactly its pending set, and the
+	// reboot is approved (Manual) or due (Auto).
+	mayReboot bool
+}
+
+func (a *Agent) policy(m *v1alpha1.Machine, c *v1alpha1.Cluster) v1alpha1.RebootPolicy {
+	if m.Spec.RebootPolicy != nil {
+		return *m.Spec.RebootPolicy
+	}
+	if c.Spec.RebootPolicy != "" {
+		return c.Spec.RebootPolicy
+	}
+	return v1alpha1.RebootManual
+}
+
+// healthy is the health gate before a turn is given back: k3s healthy, the Node Ready,
+// every change applied, and no trial waiting to be committed.
+func (a *Agent) healthy(out *outcome) (bool, string) {
+	switch {
+	case out.k3sUnhealthy != "":
+		return false, "k3s is not healthy yet: " + out.k3sUnhealthy
+	case !out.nodeReady:
+		return false, "the Node is not Ready yet"
+	case len(out.failures) > 0 || a.st.K3sRestartPending:
+		return false, "the agent has not applied the current spec yet"
+	case a.bootInfo != nil && a.bootInfo.Trial && !a.bootInfo.Committed:
+		return false, "the trial boot is not committed yet"
+	}
+	return true, ""
+}
+
+func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v1alpha1.PendingChange, hash string, out *outcome) rebootView {
+	var fields []string
+	for _, p := range pending {
+		if p.Class == v1alpha1.Reboot {
+			fields = append(fields, p.Field)
+		}
+	}
+	none := ""
+	if v := out.view; v != nil && v.status.State == v1alpha1.UpgradeFellBack && onlyVersionsPending(pending) {
+		// A release that failed its trial here is not retried, so it alone asks for no reboot.
+		fields, none = nil, "no reboot: the wanted release failed its trial here"
+	}
+	var turn *v1alpha1.Turn
+	for i, t := range c.Status.Turns {
+		if t.Machine == a.cfg.Machine {
+			turn = &c.Status.Turns[i]
+		}
+	}
+	if len(fields) == 0 {
+		if turn != nil && turn.Phase == v1alpha1.TurnDrained {
+			if ok, why := a.healthy(out); !ok {
+				return rebootView{state: v1alpha1.RebootVerifying, message: "back from its reboot; it gives its turn back once healthy: " + why}
+			}
+			return rebootView{state: v1alpha1.RebootNone, message: "back from its reboot and healthy: the coordinator uncordons the Node and takes the turn back"}
+		}
+		return rebootView{state: v1alpha1.RebootNone, message: none}
+	}
+	need := strings.Join(fields, ", ") + " need a reboot"
+	cannot := ""
+	if a.cfg.Boot == nil {
+		cannot = "; but liken's init did not boot this machine, so liken cannot reboot it"
+	}
+	approved := a.approved(m, hash)
+	why := ""
+	switch {
+	case approved:
+		why = "approved by " + orSomeone(m.Spec.Reboot.Approval.ApprovedBy)
+	case a.st.ApprovedHash == hash:
+		// Rebooted for exactly this set already and it is still pending (its trial failed):
+		// not again by itself, whatever the policy.
+		return rebootView{state: v1alpha1.RebootWaitingForApproval, message: fmt.Sprintf("%s; a reboot for pending set %s happened already and the set is still pending; approve it again with liken approve-reboot to try once more", need, hash)}
+	case a.policy(m, c) == v1alpha1.RebootManual:
+		msg := fmt.Sprintf("%s; approve pending set %s with liken approve-reboot", need, hash)
+		if r := m.Spec.Reboot; r != nil && r.Approval != nil && r.Approval.PendingHash != hash {
+			msg += fmt.Sprintf(" (the approval on record is for %s, a set that has changed since: stale)", r.Approval.PendingHash)
+		}
+		return rebootView{state: v1alpha1.RebootWaitingForApproval, message: msg + cannot}
+	default:
+		why = "rebootPolicy is Auto"
+	}
+	if cannot != "" {
+		// Asking for a turn would drain a Node nothing here can reboot.
+		return rebootView{state: v1alpha1.RebootNone, message: fmt.Sprintf("%s (%s)%s", need, why, cannot)}
+	}
+	if v := out.view; v != nil && v.status.State == v1alpha1.UpgradeDownloading {
+		return rebootView{state: v1alpha1.RebootWaitingForTurn, message: fmt.Sprintf("%s (%s); the new release is still being written into the inactive slot: the machine asks for a turn once it is verified", need, why)}
+	}
+	for _, b := range c.Status.DrainBlocked {
+		if b.Machine == a.cfg.Machine && b.PendingHash == hash && a.cfg.Now().Before(b.RetryAt.Time) {
+			return rebootView{state: v1alpha1.RebootDrainBlocked, message: b.Message}
+		}
+	}
+	if turn != nil && turn.PendingHash == hash {
+		if turn.Phase == v1alpha1.TurnDrained {
+			return rebootView{state: v1alpha1.RebootDraining, message: "drained: rebooting", mayReboot: true}
+		}
+		return rebootView{state: v1alpha1.RebootDraining, message: fmt.Sprintf("%s (%s); holds a disruption-budget turn since %s: the coordinator cordons the Node and evicts its pods", need, why, turn.Since.UTC().Format(time.RFC3339))}
+	}
+	wait := "waiting for a disruption-budget turn"
+	for _, w := range c.Status.Waiting {
+		if w.Machine == a.cfg.Machine && w.Reason != "" {
+			wait += ": " + w.Reason
+		}
+	}
+	if c.Status.Coordinator == "" {
+		wait += " (no coordinator has written the Cluster's status yet: one runs on a server machine)"
+	}
+	return rebootView{state: v1alpha1.RebootWaitingForTurn, message: fmt.Sprintf("%s (%s); %s", need, why, wait)}
+}

@@ -1,0 +1,269 @@
+package coordinator
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+// Fleet is the cluster as the coordinator reads it from the API.
+type Fleet struct {
+	Cluster  *v1alpha1.Cluster
+	Machines []v1alpha1.Machine
+	Nodes    map[string]*corev1.Node
+	// Self is the machine running the coordinator that plans; it goes last.
+	Self string
+	Now  time.Time
+}
+
+// Plan is what the coordinator does next: the Cluster status to write (turns released
+// and granted, who waits and why, the fleet's counts), and the Nodes to uncordon before
+// that write, because the turns that say liken cordoned them go with it.
+type Plan struct {
+	Status   v1alpha1.ClusterStatus
+	Uncordon []string
+	// Released and Granted name the turns given back and given, for Events and logs.
+	Released map[string]string
+	Granted  []string
+}
+
+// holding says whether a machine still uses its turn, from the state its agent reports.
+// A turn being drained is kept while the machine waits for exactly the set it was given
+// for; a drained one also while the machine goes down, comes back and verifies its health.
+func holding(t v1alpha1.Turn, m *v1alpha1.Machine) (bool, string) {
+	if m == nil {
+		return false, "its Machine was deleted"
+	}
+	st := m.Status.Reboot.State
+	same := m.Status.PendingHash == t.PendingHash
+	switch {
+	case st == v1alpha1.RebootRebooting || st == v1alpha1.RebootVerifying:
+		return t.Phase == v1alpha1.TurnDrained, "it was not drained yet"
+	case (st == v1alpha1.RebootWaitingForTurn || st == v1alpha1.RebootDraining) && same:
+		return true, ""
+	case st == v1alpha1.RebootNone && t.Phase == v1alpha1.TurnDrained:
+		return false, "it rebooted and passed its health gate"
+	case !same:
+		return false, fmt.Sprintf("its pending set changed from %s to %s", t.PendingHash, orNone(m.Status.PendingHash))
+	default:
+		return false, fmt.Sprintf("it no longer waits for a reboot (%s)", st)
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "nothing"
+	}
+	return s
+}
+
+// unavailable says why a machine's Node is unavailable, or "".
+func unavailable(n *corev1.Node) string {
+	if n == nil {
+		return "no Node"
+	}
+	if n.Spec.Unschedulable {
+		return "cordoned"
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status != corev1.ConditionTrue {
+				return "NotReady"
+			}
+			return ""
+		}
+	}
+	return "NotReady"
+}
+
+// waitsForTurn: the machine's agent asks for a turn now, for a release it has finished
+// writing, and is not held back by a drain that was blocked for the same set.
+func waitsForTurn(m *v1alpha1.Machine, blocks map[string]v1alpha1.DrainBlock, now time.Time) (bool, string) {
+	if m.Status.Reboot.State != v1alpha1.RebootWaitingForTurn || m.Status.PendingHash == "" {
+		return false, ""
+	}
+	if m.Status.Upgrade.State == v1alpha1.UpgradeDownloading {
+		return false, ""
+	}
+	if b, ok := blocks[m.Name]; ok && b.PendingHash == m.Status.PendingHash && now.Before(b.RetryAt.Time) {
+		return false, fmt.Sprintf("its last drain was blocked; it tries again at %s", b.RetryAt.UTC().Format(time.RFC3339))
+	}
+	return true, ""
+}
+
+// MakePlan decides from the fleet as read: it takes back turns that are no longer used,
+// grants turns to waiting machines as Decide allows, and counts the fleet. It depends only
+// on its input, so any coordinator (a restarted one, a new leader) plans the same.
+func MakePlan(f Fleet) (Plan, error) {
+	p := Plan{Released: map[string]string{}}
+	cl := f.Cluster
+	st := *cl.Status.DeepCopy()
+	byName := map[string]*v1alpha1.Machine{}
+	for i := range f.Machines {
+		byName[f.Machines[i].Name] = &f.Machines[i]
+	}
+	now := metav1.NewTime(f.Now.UTC().Truncate(time.Second))
+
+	var turns []v1alpha1.Turn
+	for _, t := range st.Turns {
+		if keep, why := holding(t, byName[t.Machine]); !keep {
+			p.Released[t.Machine] = why
+			if f.Nodes[t.Machine] != nil && !t.CordonedBefore && t.Phase != "" {
+				p.Uncordon = append(p.Uncordon, t.Machine)
+			}
+			continue
+		}
+		turns = append(turns, t)
+	}
+	held := map[string]bool{}
+	for _, t := range turns {
+		held[t.Machine] = true
+	}
+	blocks := map[string]v1alpha1.DrainBlock{}
+	var keptBlocks []v1alpha1.DrainBlock
+	for _, b := range st.DrainBlocked {
+		// A block is kept while the machine still waits for the set it was blocked on, so
+		// the next drain's backoff grows; it goes once the set is done or changed.
+		if m := byName[b.Machine]; m != nil && m.Status.PendingHash == b.PendingHash && !held[b.Machine] {
+			blocks[b.Machine] = b
+			keptBlocks = append(keptBlocks, b)
+		}
+	}
+
+	var ms []Machine
+	notes := map[string]string{}
+	for i := range f.Machines {
+		m := &f.Machines[i]
+		w, note := waitsForTurn(m, blocks, f.Now)
+		if note != "" {
+			notes[m.Name] = note
+		}
+		since := m.CreationTimestamp.Time
+		if m.Status.Reboot.Since != nil {
+			since = m.Status.Reboot.Since.Time
+		}
+		ms = append(ms, Machine{
+			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer,
+			Unavailable: unavailable(f.Nodes[m.Name]), HoldsTurn: held[m.Name],
+			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self,
+		})
+	}
+	d, err := Decide(ms, cl.Spec.DisruptionBudget.MaxUnavailable)
+	if err != nil {
+		return p, err
+	}
+	for _, name := range d.Grant {
+		m := byName[name]
+		n := f.Nodes[name]
+		turns = append(turns, v1alpha1.Turn{
+			Machine: name, Since: now, PendingHash: m.Status.PendingHash, Phase: v1alpha1.TurnDraining,
+			CordonedBefore: n != nil && n.Spec.Unschedulable,
+		})
+		p.Granted = append(p.Granted, name)
+	}
+	st.Turns = turns
+	st.DrainBlocked = keptBlocks
+
+	// Who waits, in the order they would be granted.
+	var waiting []v1alpha1.WaitingMachine
+	for _, m := range ms {
+		if why, ok := d.Wait[m.Name]; ok {
+			waiting = append(waiting, v1alpha1.WaitingMachine{Machine: m.Name, Since: metav1.NewTime(m.WaitingSince), Reason: why})
+		} else if note, ok := notes[m.Name]; ok {
+			waiting = append(waiting, v1alpha1.WaitingMachine{Machine: m.Name, Since: metav1.NewTime(m.WaitingSince), Reason: note})
+		}
+	}
+	sort.SliceStable(waiting, func(i, j int) bool {
+		if !waiting[i].Since.Equal(&waiting[j].Since) {
+			return waiting[i].Since.Before(&waiting[j].Since)
+		}
+		return waiting[i].Machine < waiting[j].Machine
+	})
+	st.Waiting = waiting
+	st.Coordinator = f.Self
+	count(&st, cl, f.Machines, ms)
+	p.Status = st
+	return p, nil
+}
+
+// count fills in the fleet's numbers and conditions.
+func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1.Machine, ms []Machine) {
+	st.ObservedGeneration = cl.Generation
+	st.Machines = int32(len(machines))
+	type vd struct{ v, d string }
+	versions := map[vd]int32{}
+	var upToDate, waiting, failed int32
+	for i := range machines {
+		m := &machines[i]
+		wantV := string(cl.Spec.Version)
+		if m.Spec.Version != "" {
+			wantV = string(m.Spec.Version)
+		}
+		r := m.Status.Release
+		if r != nil && r.Version != "" {
+			versions[vd{r.Version, r.Digest}]++
+			if r.Version == wantV && string(cl.Spec.Releases[wantV]) == r.Digest && !r.Trial {
+				upToDate++
+			}
+		}
+		if m.Status.Upgrade.State == v1alpha1.UpgradeStaged {
+			waiting++
+		}
+		if m.Status.Upgrade.State == v1alpha1.UpgradeFellBack {
+			failed++
+		}
+	}
+	st.UpToDateMachines = upToDate
+	st.Versions = nil
+	for k, n := range versions {
+		st.Versions = append(st.Versions, v1alpha1.VersionCount{Version: k.v, Digest: k.d, Machines: n})
+	}
+	sort.Slice(st.Versions, func(i, j int) bool {
+		if st.Versions[i].Version != st.Versions[j].Version {
+			return st.Versions[i].Version < st.Versions[j].Version
+		}
+		return st.Versions[i].Digest < st.Versions[j].Digest
+	})
+	ro := st.Rollout
+	if ro == nil || ro.TargetVersion != string(cl.Spec.Version) {
+		ro = &v1alpha1.RolloutStatus{TargetVersion: string(cl.Spec.Version)}
+	}
+	ro.Updated, ro.Waiting, ro.Failed = upToDate, waiting, failed
+	st.Rollout = ro
+
+	var down []string
+	for _, m := range ms {
+		if m.Unavailable != "" || m.HoldsTurn {
+			down = append(down, m.Name)
+		}
+	}
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: cl.Generation})
+	}
+	budget, _ := Budget(cl.Spec.DisruptionBudget.MaxUnavailable, len(ms))
+	if len(down) > budget {
+		set(v1alpha1.ClusterAvailable, false, "OverBudget", fmt.Sprintf("%d machines are unavailable, more than the budget of %d: %v", len(down), budget, down))
+	} else {
+		set(v1alpha1.ClusterAvailable, true, "WithinBudget", fmt.Sprintf("%d of %d machines unavailable, within the budget of %d", len(down), len(ms), budget))
+	}
+	if upToDate < int32(len(machines)) || len(st.Turns) > 0 || len(st.Waiting) > 0 {
+		set(v1alpha1.ClusterProgressing, true, "RollingOut", fmt.Sprintf("%d of %d machines run the release they are meant to; %d hold a turn, %d wait", upToDate, len(machines), len(st.Turns), len(st.Waiting)))
+	} else {
+		set(v1alpha1.ClusterProgressing, false, "UpToDate", "every machine runs the release it is meant to and nothing waits")
+	}
+	if failed > 0 || len(st.DrainBlocked) > 0 {
+		set(v1alpha1.ClusterDegraded, true, "MachinesNeedAttention", fmt.Sprintf("%d machines fell back from a trial, %d drains were blocked", failed, len(st.DrainBlocked)))
+	} else {
+		set(v1alpha1.ClusterDegraded, false, "Healthy", "no trial failed and no drain is blocked")
+	}
+}

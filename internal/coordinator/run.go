@@ -1,0 +1,454 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/kubectl/pkg/drain"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/kube"
+)
+
+// Recorder records Events about Machines (the agent's event.Recorder).
+type Recorder interface {
+	Event(obj runtime.Object, typ, reason, message string)
+}
+
+// Config is what a coordinator needs.
+type Config struct {
+	// Machine is the machine whose agent runs this coordinator: its identity in the
+	// election, and the machine that goes last.
+	Machine string
+	// REST is the machine's own client config; a server's user is bound to the
+	// coordinator's roles (authority.ServerRBAC).
+	REST *rest.Config
+	// Events records Events about Machines; nil records none.
+	Events Recorder
+	Log    *slog.Logger
+	Now    func() time.Time
+	// LeaseDuration, RenewDeadline and RetryPeriod tune the election (zero: 15 s, 10 s,
+	// 2 s, client-go's usual values).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Resync is how often the leader plans again with no change seen, for retry times
+	// that come due (zero: 5 s). It reads only its caches then.
+	Resync time.Duration
+	// EvictRetry is the wait between evictions a PodDisruptionBudget refused (zero: 5 s).
+	EvictRetry time.Duration
+	// BlockedRetry is the wait after the first blocked drain before the machine may take
+	// a turn again; it doubles with each blocked drain for the same pending set, up to an
+	// hour (zero: 1 minute).
+	BlockedRetry time.Duration
+}
+
+// Coordinator grants disruption-budget turns and drains the machines that hold one.
+type Coordinator struct {
+	cfg   Config
+	liken *kube.Client
+	kube  kubernetes.Interface
+	log   *slog.Logger
+
+	machines, clusters, nodes cache.Store
+	poke                      chan struct{}
+
+	mu     sync.Mutex
+	drains map[string]*drainRun // machine → its drain under way
+	// finished are the turns whose drain this leader ended: a cache that has not seen the
+	// outcome yet must not start the drain again (it would cordon a Node given back).
+	finished map[turnKey]bool
+}
+
+type drainRun struct {
+	key    turnKey
+	cancel context.CancelFunc
+}
+
+// turnKey names one turn: a machine's next turn has another since or pending set.
+type turnKey struct{ machine, hash, since string }
+
+func keyOf(t v1alpha1.Turn) turnKey {
+	return turnKey{t.Machine, t.PendingHash, t.Since.UTC().Format(time.RFC3339)}
+}
+
+// New makes a coordinator; Run starts it.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.LeaseDuration, 15 * time.Second}, {&cfg.RenewDeadline, 10 * time.Second}, {&cfg.RetryPeriod, 2 * time.Second},
+		{&cfg.Resync, 5 * time.Second}, {&cfg.EvictRetry, 5 * time.Second}, {&cfg.BlockedRetry, time.Minute}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	lc, err := kube.NewClient(cfg.REST)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: making the Kubernetes client: %w", err)
+	}
+	return &Coordinator{cfg: cfg, liken: lc, kube: kc, log: cfg.Log.With("coordinator", cfg.Machine),
+		poke: make(chan struct{}, 1), drains: map[string]*drainRun{}, finished: map[turnKey]bool{}}, nil
+}
+
+// Run campaigns for the Lease and coordinates while it holds it, until ctx ends; then it
+// gives the Lease up at once, so another server takes over without waiting for it to
+// expire (as when this machine goes down for its own reboot).
+func (c *Coordinator) Run(ctx context.Context) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: v1alpha1.SecretNamespace, Name: authority.LeaseName},
+		Client:     c.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Machine},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, Name: "liken-coordinator", ReleaseOnCancel: true,
+			LeaseDuration: c.cfg.LeaseDuration, RenewDeadline: c.cfg.RenewDeadline, RetryPeriod: c.cfg.RetryPeriod,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					c.log.Info("leading reboot coordination")
+					c.lead(ctx)
+				},
+				OnStoppedLeading: func() { c.log.Info("no longer leading reboot coordination") },
+				OnNewLeader: func(id string) {
+					if id != c.cfg.Machine {
+						c.log.Info("reboot coordination is led by another server", "leader", id)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		le.Run(ctx) // returns when leadership is lost; campaign again
+	}
+	return nil
+}
+
+// lead watches the fleet and plans on every change and every Resync, until ctx ends
+// (leadership lost): then every drain under way stops.
+func (c *Coordinator) lead(ctx context.Context) {
+	defer c.stopDrains()
+	trigger := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.kick() },
+		UpdateFunc: func(any, any) { c.kick() },
+		DeleteFunc: func(any) { c.kick() },
+	}
+	var synced []cache.InformerSynced
+	for _, w := range []struct {
+		store *cache.Store
+		lw    cache.ListerWatcher
+		obj   runtime.Object
+	}{
+		{&c.machines, c.liken.MachinesListWatch(), &v1alpha1.Machine{}},
+		{&c.clusters, c.liken.ClusterListWatch(), &v1alpha1.Cluster{}},
+		{&c.nodes, cache.NewListWatchFromClient(c.kube.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.Everything()), &corev1.Node{}},
+	} {
+		store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: w.lw, ObjectType: w.obj, Handler: trigger})
+		*w.store = store
+		go ctrl.RunWithContext(ctx)
+		synced = append(synced, ctrl.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	tick := time.NewTicker(c.cfg.Resync)
+	defer tick.Stop()
+	for {
+		if err := c.step(ctx); err != nil && ctx.Err() == nil {
+			if apierrors.IsConflict(err) {
+				c.log.Debug("the Cluster changed while planning; planning again", "err", err)
+			} else {
+				c.log.Error("coordinating", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			c.kick()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.poke:
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Coordinator) kick() {
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
+// fleet reads the fleet from the caches, with cl as the Cluster.
+func (c *Coordinator) fleet(cl *v1alpha1.Cluster) Fleet {
+	f := Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: c.cfg.Machine, Now: c.cfg.Now()}
+	for _, o := range c.machines.List() {
+		f.Machines = append(f.Machines, *o.(*v1alpha1.Machine))
+	}
+	for _, o := range c.nodes.List() {
+		n := o.(*corev1.Node)
+		f.Nodes[n.Name] = n
+	}
+	return f
+}
+
+// step plans from the caches and, when the plan changes anything, plans again from a
+// fresh read of the Cluster before acting, so nothing is uncordoned on a stale view; the
+// write is conditional on that read's resourceVersion, so a plan made from an outdated
+// Cluster (another coordinator wrote since) is refused and made again.
+func (c *Coordinator) step(ctx context.Context) error {
+	o, ok, _ := c.clusters.GetByKey(v1alpha1.ClusterName)
+	if !ok {
+		return nil
+	}
+	p, err := MakePlan(c.fleet(o.(*v1alpha1.Cluster)))
+	if err != nil {
+		return err
+	}
+	cached := o.(*v1alpha1.Cluster)
+	if equality.Semantic.DeepEqual(p.Status, cached.Status) && len(p.Uncordon) == 0 {
+		c.startDrains(ctx, cached)
+		return nil
+	}
+	cl, err := c.liken.Cluster(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the Cluster: %w", err)
+	}
+	if p, err = MakePlan(c.fleet(cl)); err != nil {
+		return err
+	}
+	for m := range p.Released {
+		c.stopDrain(m)
+	}
+	for _, n := range p.Uncordon {
+		if err := c.cordon(ctx, n, false); err != nil {
+			return err
+		}
+	}
+	if !equality.Semantic.DeepEqual(p.Status, cl.Status) {
+		next := cl.DeepCopy()
+		next.Status = p.Status
+		if cl, err = c.liken.UpdateClusterStatus(ctx, next); err != nil {
+			return fmt.Errorf("writing the Cluster's status: %w", err)
+		}
+	}
+	for m, why := range p.Released {
+		c.log.Info("turn taken back", "machine", m, "why", why)
+		c.event(m, corev1.EventTypeNormal, "TurnReleased", "the disruption-budget turn was taken back: "+why)
+	}
+	for _, m := range p.Granted {
+		c.log.Info("turn granted", "machine", m)
+		c.event(m, corev1.EventTypeNormal, "TurnGranted", "a disruption-budget turn was given; the Node is cordoned and drained")
+	}
+	c.startDrains(ctx, cl)
+	return nil
+}
+
+func (c *Coordinator) event(machine, typ, reason, msg string) {
+	if c.cfg.Events == nil {
+		return
+	}
+	m := &v1alpha1.Machine{}
+	if o, ok, _ := c.machines.GetByKey(machine); ok {
+		m = o.(*v1alpha1.Machine)
+	} else {
+		m.Name = machine
+	}
+	c.cfg.Events.Event(m, typ, reason, msg)
+}
+
+// cordon cordons or uncordons a Node through kubectl's cordon helper.
+func (c *Coordinator) cordon(ctx context.Context, node string, on bool) error {
+	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Node %s: %w", node, err)
+	}
+	if err := drain.RunCordonOrUncordon(&drain.Helper{Ctx: ctx, Client: c.kube}, n, on); err != nil {
+		return fmt.Errorf("uncordoning %s: %w", node, err)
+	}
+	return nil
+}
+
+// startDrains starts a drain for every turn being drained that has none under way.
+func (c *Coordinator) startDrains(ctx context.Context, cl *v1alpha1.Cluster) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	current := map[turnKey]bool{}
+	for _, t := range cl.Status.Turns {
+		current[keyOf(t)] = true
+	}
+	for k := range c.finished {
+		if !current[k] {
+			delete(c.finished, k)
+		}
+	}
+	for _, t := range cl.Status.Turns {
+		if t.Phase != v1alpha1.TurnDraining || c.drains[t.Machine] != nil || c.finished[keyOf(t)] {
+			continue
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		c.drains[t.Machine] = &drainRun{key: keyOf(t), cancel: cancel}
+		go c.drain(dctx, t, cl.Spec.Drain)
+	}
+}
+
+func (c *Coordinator) stopDrain(machine string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.drains[machine]; d != nil {
+		d.cancel()
+		delete(c.drains, machine)
+	}
+}
+
+func (c *Coordinator) stopDrains() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for m, d := range c.drains {
+		d.cancel()
+		delete(c.drains, m)
+	}
+}
+
+// drain empties one machine's Node for its turn; the deadline counts from when the turn
+// was given, so a new leader resumes with the time left. Then it records the outcome in
+// the turn: drained, or blocked (the turn given back, the Node uncordoned unless an
+// operator had cordoned it, and the machine held back for a growing while).
+func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha1.DrainPolicy) {
+	recorded := false
+	defer func() {
+		c.mu.Lock()
+		if d := c.drains[t.Machine]; d != nil && d.key == keyOf(t) {
+			d.cancel()
+			delete(c.drains, t.Machine)
+		}
+		if recorded {
+			c.finished[keyOf(t)] = true
+		}
+		c.mu.Unlock()
+		c.kick()
+	}()
+	log := c.log.With("machine", t.Machine)
+	deadline := t.Since.Add(drainTimeout(policy))
+	log.Info("draining", "deadline", deadline)
+	start := c.cfg.Now()
+	out, err := drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Info(s) })
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("draining; trying again", "err", err)
+			select { // not at once: the next plan starts the drain again
+			case <-ctx.Done():
+			case <-time.After(c.cfg.EvictRetry):
+			}
+		}
+		return
+	}
+	err = c.updateTurn(ctx, t, func(st *v1alpha1.ClusterStatus, i int) error {
+		if out.drained {
+			st.Turns[i].Phase = v1alpha1.TurnDrained
+			return nil
+		}
+		if !st.Turns[i].CordonedBefore {
+			if err := c.cordon(ctx, t.Machine, false); err != nil {
+				return err
+			}
+		}
+		st.Turns = append(st.Turns[:i], st.Turns[i+1:]...)
+		b := v1alpha1.DrainBlock{Machine: t.Machine, PendingHash: t.PendingHash, Attempts: 1,
+			Since: metav1.NewTime(c.cfg.Now().UTC().Truncate(time.Second)), BlockingPods: out.blocking, Message: out.message}
+		for j, old := range st.DrainBlocked {
+			if old.Machine == t.Machine {
+				if old.PendingHash == t.PendingHash {
+					b.Attempts = old.Attempts + 1
+				}
+				st.DrainBlocked = append(st.DrainBlocked[:j], st.DrainBlocked[j+1:]...)
+				break
+			}
+		}
+		wait := c.cfg.BlockedRetry << min(b.Attempts-1, 20)
+		b.RetryAt = metav1.NewTime(b.Since.Add(min(wait, time.Hour)))
+		b.Message += fmt.Sprintf("; the Node was uncordoned and the turn given back; the machine tries again at %s", b.RetryAt.UTC().Format(time.RFC3339))
+		st.DrainBlocked = append(st.DrainBlocked, b)
+		return nil
+	})
+	recorded = err == nil
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			log.Error("recording the drain", "err", err)
+		}
+	case out.drained:
+		log.Info("drained", "took", c.cfg.Now().Sub(start).Round(time.Millisecond), "forced", out.forced)
+		msg := "the Node is drained; the machine reboots"
+		if len(out.forced) > 0 {
+			msg += fmt.Sprintf("; drain.force deleted %v past their PodDisruptionBudgets at the timeout", out.forced)
+		}
+		c.event(t.Machine, corev1.EventTypeNormal, "Drained", msg)
+	default:
+		log.Warn("drain blocked", "pods", out.blocking)
+		c.event(t.Machine, corev1.EventTypeWarning, "DrainBlocked", out.message)
+	}
+}
+
+// updateTurn changes the turn t in a fresh read of the Cluster and writes it, as long as
+// the turn is still there as given (same machine, pending set and phase); on a conflict
+// it reads and tries again.
+func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, change func(st *v1alpha1.ClusterStatus, i int) error) error {
+	for {
+		cl, err := c.liken.Cluster(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the Cluster: %w", err)
+		}
+		i := -1
+		for j, cur := range cl.Status.Turns {
+			if cur.Machine == t.Machine && cur.PendingHash == t.PendingHash && cur.Phase == t.Phase && cur.Since.Equal(&t.Since) {
+				i = j
+			}
+		}
+		if i < 0 {
+			return nil // taken back meanwhile
+		}
+		next := cl.DeepCopy()
+		if err := change(&next.Status, i); err != nil {
+			return err
+		}
+		_, err = c.liken.UpdateClusterStatus(ctx, next)
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				return fmt.Errorf("writing the Cluster's status: %w", err)
+			}
+			return nil
+		}
+	}
+}
