@@ -397,6 +397,11 @@ type Turn struct {
 	// given, so liken leaves it cordoned afterwards.
 	// +optional
 	CordonedBefore bool `json:"cordonedBefore,omitempty"`
+	// ReleasedBy names the operator who gave the turn back with liken release-turn (a
+	// machine that never returned); the coordinator then takes it back as if the machine
+	// had finished, uncordoning the Node unless it was cordoned before.
+	// +optional
+	ReleasedBy string `json:"releasedBy,omitempty"`
 }
 
 // WaitingMachine is a machine waiting for a turn.

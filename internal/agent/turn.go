@@ -104,6 +104,9 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	}
 	for _, b := range c.Status.DrainBlocked {
 		if b.Machine == a.cfg.Machine && b.PendingHash == hash && a.cfg.Now().Before(b.RetryAt.Time) {
+			if a.queue != nil {
+				a.queue.AddAfter(keyReconcile, b.RetryAt.Sub(a.cfg.Now())) // to ask for a turn again then
+			}
 			return rebootView{state: v1alpha1.RebootDrainBlocked, message: b.Message}
 		}
 	}

@@ -101,7 +101,7 @@ and 4 when it fails.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
-		newApproveReboot(), newRequestReboot(), newStatus())
+		newApproveReboot(), newRequestReboot(), newReleaseTurn(), newStatus())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -441,5 +442,52 @@ func TestStatus(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "status", "nosuch", "--kubeconfig", kc); code != exitFailed || !strings.Contains(errOut, `no Machine "nosuch"`) {
 		t.Errorf("status of an unknown machine: exit %d, %s", code, errOut)
+	}
+}
+
+// TestReleaseTurn gives back the turn of a machine that does not come back, against a real
+// API server, and status shows the turn and who gave it back.
+func TestReleaseTurn(t *testing.T) {
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureCluster(t, lc)
+	cl, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := metav1.NewTime(time.Now().UTC().Add(-time.Hour).Truncate(time.Second))
+	cl.Status.Turns = []v1alpha1.Turn{{Machine: "gone-1", Since: since, PendingHash: "sha256:x", Phase: v1alpha1.TurnDrained}}
+	cl.Status.Coordinator = "srv-1"
+	if _, err := lc.UpdateClusterStatus(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "release-turn", "gone-1", "--kubeconfig", kc, "--released-by", "carol")
+	if code != exitOK || !strings.Contains(out, "gave back gone-1's turn") || !strings.Contains(out, "uncordons the Node") {
+		t.Fatalf("release-turn: exit %d %s\n%s", code, errOut, out)
+	}
+	cl, _ = lc.Cluster(t.Context())
+	if len(cl.Status.Turns) != 1 || cl.Status.Turns[0].ReleasedBy != "carol" {
+		t.Errorf("the turn after release-turn: %+v", cl.Status.Turns)
+	}
+	code, out, _ = run(t, "status", "--kubeconfig", kc)
+	if code != exitOK || !strings.Contains(out, "coordinator: srv-1") || !strings.Contains(out, "turn: gone-1 since "+since.Format(time.RFC3339)+" (Drained), given back by carol") {
+		t.Errorf("status with a turn:\n%s", out)
+	}
+	if code, _, errOut := run(t, "release-turn", "nosuch", "--kubeconfig", kc); code != exitFailed || !strings.Contains(errOut, "nosuch holds no disruption-budget turn") {
+		t.Errorf("release-turn of a machine without a turn: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "release-turn", "--kubeconfig", kc); code != exitUsage {
+		t.Errorf("release-turn without a machine: exit %d, %s", code, errOut)
+	}
+	cl, _ = lc.Cluster(t.Context())
+	cl.Status = v1alpha1.ClusterStatus{}
+	if _, err := lc.UpdateClusterStatus(t.Context(), cl); err != nil {
+		t.Fatal(err)
 	}
 }

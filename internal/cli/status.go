@@ -5,9 +5,11 @@ import (
 	"io"
 	"sort"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
 )
@@ -15,9 +17,15 @@ import (
 // fleet is what status prints.
 type fleet struct {
 	// Version is the Cluster's spec.version; Policy its rebootPolicy.
-	Version  string         `json:"version"`
-	Policy   string         `json:"rebootPolicy"`
-	Machines []machineState `json:"machines"`
+	Version string `json:"version"`
+	Policy  string `json:"rebootPolicy"`
+	// Coordinator is the machine leading reboot coordination; Turns who holds a
+	// disruption-budget turn; DrainBlocked whose last drain was blocked.
+	Coordinator  string                `json:"coordinator,omitempty"`
+	Turns        []v1alpha1.Turn       `json:"turns,omitempty"`
+	DrainBlocked []v1alpha1.DrainBlock `json:"drainBlocked,omitempty"`
+	Conditions   []metav1.Condition    `json:"conditions,omitempty"`
+	Machines     []machineState        `json:"machines"`
 }
 
 // machineState is one Machine's row.
@@ -61,6 +69,7 @@ what it waits for or what is wrong.`,
 				return fmt.Errorf("reading the Cluster: %w", err)
 			}
 			f.Version, f.Policy = string(c.Spec.Version), string(c.Spec.RebootPolicy)
+			f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
 			if f.Policy == "" {
 				f.Policy = string(v1alpha1.RebootManual)
 			}
@@ -84,7 +93,28 @@ what it waits for or what is wrong.`,
 			}
 			sort.Slice(f.Machines, func(i, j int) bool { return f.Machines[i].Name < f.Machines[j].Name })
 			return o.print(cmd.OutOrStdout(), f, func(w io.Writer) {
-				fmt.Fprintf(w, "cluster: wanted release %s, rebootPolicy %s, %d machines\n\n", dash(f.Version), f.Policy, len(f.Machines))
+				fmt.Fprintf(w, "cluster: wanted release %s, rebootPolicy %s, %d machines\n", dash(f.Version), f.Policy, len(f.Machines))
+				if f.Coordinator == "" {
+					fmt.Fprintln(w, "coordinator: none has written the Cluster's status (one runs on each server machine)")
+				} else {
+					fmt.Fprintf(w, "coordinator: %s\n", f.Coordinator)
+				}
+				for _, t := range f.Turns {
+					fmt.Fprintf(w, "turn: %s since %s (%s)", t.Machine, t.Since.UTC().Format(time.RFC3339), t.Phase)
+					if t.ReleasedBy != "" {
+						fmt.Fprintf(w, ", given back by %s", t.ReleasedBy)
+					}
+					fmt.Fprintln(w)
+				}
+				for _, b := range f.DrainBlocked {
+					fmt.Fprintf(w, "drain blocked: %s (%d times): %s\n", b.Machine, b.Attempts, b.Message)
+				}
+				for _, c := range f.Conditions {
+					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) {
+						fmt.Fprintf(w, "%s=%s: %s\n", c.Type, c.Status, c.Message)
+					}
+				}
+				fmt.Fprintln(w)
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "MACHINE\tROLE\tWANTED\tRUNNING\tSLOT\tUPGRADE\tPENDING\tREBOOT\tREADY\tWHY")
 				for _, r := range f.Machines {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,9 @@ func holding(t v1alpha1.Turn, m *v1alpha1.Machine) (bool, string) {
 	if m == nil {
 		return false, "its Machine was deleted"
 	}
+	if t.ReleasedBy != "" {
+		return false, t.ReleasedBy + " gave it back with liken release-turn"
+	}
 	st := m.Status.Reboot.State
 	same := m.Status.PendingHash == t.PendingHash
 	switch {
@@ -68,18 +72,19 @@ func unavailable(n *corev1.Node) string {
 	if n == nil {
 		return "no Node"
 	}
-	if n.Spec.Unschedulable {
-		return "cordoned"
-	}
+	ready := false
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			if c.Status != corev1.ConditionTrue {
-				return "NotReady"
-			}
-			return ""
+			ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	return "NotReady"
+	switch {
+	case !ready:
+		return "NotReady"
+	case n.Spec.Unschedulable:
+		return "cordoned"
+	}
+	return ""
 }
 
 // waitsForTurn: the machine's agent asks for a turn now, for a release it has finished
@@ -130,7 +135,7 @@ func MakePlan(f Fleet) (Plan, error) {
 	for _, b := range st.DrainBlocked {
 		// A block is kept while the machine still waits for the set it was blocked on, so
 		// the next drain's backoff grows; it goes once the set is done or changed.
-		if m := byName[b.Machine]; m != nil && m.Status.PendingHash == b.PendingHash && !held[b.Machine] {
+		if m := byName[b.Machine]; m != nil && m.Status.PendingHash == b.PendingHash {
 			blocks[b.Machine] = b
 			keptBlocks = append(keptBlocks, b)
 		}
@@ -187,13 +192,16 @@ func MakePlan(f Fleet) (Plan, error) {
 	})
 	st.Waiting = waiting
 	st.Coordinator = f.Self
-	count(&st, cl, f.Machines, ms)
+	count(&st, cl, f.Machines, ms, f.Now)
 	p.Status = st
 	return p, nil
 }
 
 // count fills in the fleet's numbers and conditions.
-func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1.Machine, ms []Machine) {
+// StuckAfter is how long a turn holder may be unavailable before the Cluster says so.
+var StuckAfter = 15 * time.Minute
+
+func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1.Machine, ms []Machine, now time.Time) {
 	st.ObservedGeneration = cl.Generation
 	st.Machines = int32(len(machines))
 	type vd struct{ v, d string }
@@ -261,9 +269,21 @@ func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1
 	} else {
 		set(v1alpha1.ClusterProgressing, false, "UpToDate", "every machine runs the release it is meant to and nothing waits")
 	}
-	if failed > 0 || len(st.DrainBlocked) > 0 {
+	var stuck []string
+	for _, t := range st.Turns {
+		for _, m := range ms {
+			if m.Name == t.Machine && m.Unavailable != "" && now.Sub(t.Since.Time) > StuckAfter {
+				stuck = append(stuck, fmt.Sprintf("%s (turn since %s, Node %s)", t.Machine, t.Since.UTC().Format(time.RFC3339), m.Unavailable))
+			}
+		}
+	}
+	switch {
+	case len(stuck) > 0:
+		set(v1alpha1.ClusterDegraded, true, "TurnHolderNotBack", fmt.Sprintf("%s holds a disruption-budget turn and is not back after %s: turns never expire by themselves; if it will not return, liken release-turn gives its turn back",
+			strings.Join(stuck, ", "), StuckAfter))
+	case failed > 0 || len(st.DrainBlocked) > 0:
 		set(v1alpha1.ClusterDegraded, true, "MachinesNeedAttention", fmt.Sprintf("%d machines fell back from a trial, %d drains were blocked", failed, len(st.DrainBlocked)))
-	} else {
+	default:
 		set(v1alpha1.ClusterDegraded, false, "Healthy", "no trial failed and no drain is blocked")
 	}
 }

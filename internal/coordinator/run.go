@@ -363,7 +363,7 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 	deadline := t.Since.Add(drainTimeout(policy))
 	log.Info("draining", "deadline", deadline)
 	start := c.cfg.Now()
-	out, err := drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Info(s) })
+	out, err := drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Debug(s) }) // each try, refusals included
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("draining; trying again", "err", err)

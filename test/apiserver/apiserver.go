@@ -40,6 +40,9 @@ type Options struct {
 	// ControllerManager also starts kube-controller-manager (PodDisruptionBudget status,
 	// garbage collection, namespace deletion, ...).
 	ControllerManager bool
+	// Controllers, when set, is kube-controller-manager's --controllers list, e.g.
+	// "*,-node-lifecycle-controller" where tests write Node conditions that no kubelet renews.
+	Controllers string
 	// ServerCA and ClientCA, when set, are used instead of fresh ones: the API server's
 	// serving certificate is signed by ServerCA and client certificates by ClientCA (as
 	// with a cluster identity made by liken layer).
@@ -158,7 +161,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	e.Timings.CRDs = time.Since(t2)
 
 	if opts.ControllerManager {
-		if err := e.startControllerManager(); err != nil {
+		if err := e.startControllerManager(opts.Controllers); err != nil {
 			return nil, err
 		}
 	}
@@ -302,8 +305,8 @@ func (e *Env) startAPIServer(etcdURL string) error {
 	return WriteKubeconfig(e.AdminKubeconfig, admin)
 }
 
-func (e *Env) startControllerManager() error {
-	return e.spawn("kube-controller-manager",
+func (e *Env) startControllerManager(controllers string) error {
+	args := []string{
 		"--kubeconfig="+e.AdminKubeconfig,
 		"--authentication-kubeconfig="+e.AdminKubeconfig,
 		"--authorization-kubeconfig="+e.AdminKubeconfig,
@@ -315,8 +318,12 @@ func (e *Env) startControllerManager() error {
 		"--root-ca-file="+e.path("pki", "server-ca.crt"),
 		"--cluster-signing-cert-file="+e.path("pki", "client-ca.crt"),
 		"--cluster-signing-key-file="+e.path("pki", "client-ca.key"),
-		"--cert-dir="+e.path("controller-manager-certs"),
-	)
+		"--cert-dir=" + e.path("controller-manager-certs"),
+	}
+	if controllers != "" {
+		args = append(args, "--controllers="+controllers)
+	}
+	return e.spawn("kube-controller-manager", args...)
 }
 
 // spawn starts one of the upstream binaries with its output in logs/<name>.log.

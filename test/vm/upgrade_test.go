@@ -145,6 +145,33 @@ func (j *joined) watchRebootStates(t *testing.T) func() []v1alpha1.RebootState {
 	}
 }
 
+// waitTurnBack waits until the coordinator has taken vm-1's turn back and its Node is
+// schedulable again.
+func (j *joined) waitTurnBack(t *testing.T) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := j.lc.Cluster(ctx)
+		if err != nil {
+			return false, nil
+		}
+		n, err := j.admin.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{})
+		return err == nil && len(c.Status.Turns) == 0 && !n.Spec.Unschedulable, nil
+	})
+	if err != nil {
+		c, _ := j.lc.Cluster(context.Background())
+		t.Fatalf("vm-1's turn was not given back (or its Node left cordoned) after its reboot: turns %+v", c.Status.Turns)
+	}
+}
+
+func index[T comparable](list []T, v T) int {
+	for i, x := range list {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
 func contains[T comparable](list []T, v T) bool {
 	for _, x := range list {
 		if x == v {
@@ -217,6 +244,7 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 		return running(m, "B", releaseB) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
 	})
 	upgraded := time.Since(start)
+	j.waitTurnBack(t)
 	if env := espEnv(t, j.disk, nil); env[bootloader.EnvDefaultSlot] != "B" || env[bootloader.EnvTrialSlot] != "" {
 		t.Errorf("after the commit the boot loader's environment is %v; want default B, no trial", env)
 	}
@@ -239,8 +267,10 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
 	})
 	rolledBack := time.Since(start)
+	j.waitTurnBack(t)
 	ev := j.events(t)
-	for _, r := range []string{"WritingSlot", "SlotReady", v1alpha1.ReasonCommitted} {
+	// The machine's own coordinator (it is the cluster's one server) gave it each turn.
+	for _, r := range []string{"WritingSlot", "SlotReady", v1alpha1.ReasonCommitted, "TurnGranted", "Drained", "TurnReleased"} {
 		if ev[r] == 0 {
 			t.Errorf("no %s Event; got %v", r, ev)
 		}
@@ -248,8 +278,8 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	if ev["Rebooting"] != 2 {
 		t.Errorf("%d Rebooting Events for two reboots; got %v", ev["Rebooting"], ev)
 	}
-	if s := states(); !contains(s, v1alpha1.RebootRebooting) {
-		t.Errorf("status.reboot.state went through %v; the machine never said Rebooting before going down", s)
+	if s := states(); !contains(s, v1alpha1.RebootRebooting) || !contains(s, v1alpha1.RebootDraining) || index(s, v1alpha1.RebootDraining) > index(s, v1alpha1.RebootRebooting) {
+		t.Errorf("status.reboot.state went through %v; the machine must say Draining (its turn) and then Rebooting before going down", s)
 	}
 	report.Line("upgrade in the VM (TCG): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
 		sizeOf(t, releaseB), staged.Round(time.Second), upgraded.Round(time.Second), rolledBack.Round(time.Second))

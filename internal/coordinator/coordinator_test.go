@@ -1,0 +1,677 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/test/apiserver"
+)
+
+var env *apiserver.Env
+
+// A real control plane with kube-controller-manager, so PodDisruptionBudget status (and so
+// the eviction API's answers) is computed as in a cluster. The node lifecycle controllers
+// are off (the tests' Nodes have no kubelet to renew them; the tests set their
+// conditions), and so is the garbage collector (the tests' pods name ReplicaSets as their
+// controllers without a ReplicaSet controller to run them).
+func TestMain(m *testing.M) {
+	os.Exit(apiserver.Main(m, "coordinator", apiserver.Options{ControllerManager: true,
+		Controllers: "*,-node-lifecycle-controller,-taint-eviction-controller,-garbage-collector-controller"}, &env))
+}
+
+// fleetFixture is a Cluster, Machines and Nodes in the real API server. The machines'
+// side is played by fakeAgent (the agents' own decisions are tested in internal/agent
+// with the real agent); what is tested here is the coordinator.
+type fleetFixture struct {
+	t     *testing.T
+	admin kubernetes.Interface
+	liken *kube.Client
+	names []string
+}
+
+func newFleet(t *testing.T, spec func(*v1alpha1.ClusterSpec), machines map[string]v1alpha1.Role) *fleetFixture {
+	t.Helper()
+	ctx := t.Context()
+	f := &fleetFixture{t: t, admin: kubernetes.NewForConfigOrDie(env.Admin)}
+	var err error
+	if f.liken, err = kube.NewClient(env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := authority.Install(ctx, f.admin); err != nil {
+		t.Fatal(err)
+	}
+	cs := v1alpha1.ClusterSpec{Channel: "file:///srv/channel", Version: "2026.07.20-001",
+		Releases: map[string]v1alpha1.Digest{"2026.07.20-001": v1alpha1.Digest("sha256:" + strings.Repeat("0", 64))}}
+	if spec != nil {
+		spec(&cs)
+	}
+	cl, err := f.liken.Cluster(ctx)
+	if apierrors.IsNotFound(err) {
+		cl, err = f.liken.CreateCluster(ctx, &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterName}, Spec: cs})
+	} else if err == nil {
+		cl.Spec = cs
+		cl, err = f.liken.UpdateCluster(ctx, cl)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Status = v1alpha1.ClusterStatus{}
+	if _, err := f.liken.UpdateClusterStatus(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	for name, role := range machines {
+		f.names = append(f.names, name)
+		if _, err := f.liken.CreateMachine(ctx, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: role}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.setReady(name, true)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, n := range f.names {
+			_ = f.admin.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+			_ = f.liken.DeleteMachine(ctx, n)
+		}
+	})
+	return f
+}
+
+func (f *fleetFixture) setReady(node string, ready bool) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		st := corev1.ConditionTrue
+		if !ready {
+			st = corev1.ConditionFalse
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.t.Errorf("setting Node %s Ready=%v: %v", node, ready, err)
+	}
+}
+
+func (f *fleetFixture) setCordon(node string, on bool) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Unschedulable = on
+		_, err = f.admin.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fleetFixture) cluster() *v1alpha1.Cluster {
+	cl, err := f.liken.Cluster(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cl
+}
+
+func (f *fleetFixture) node(name string) *corev1.Node {
+	n, err := f.admin.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// coordinator starts a real coordinator with the credentials of server machine name.
+// elect false bypasses the Lease: it leads at once, even beside another leader (as two
+// leaders may for a moment when a Lease changes hands).
+func (f *fleetFixture) coordinator(name string, elect bool) (stop func()) {
+	f.t.Helper()
+	if err := authority.InstallServers(f.t.Context(), f.admin, name); err != nil {
+		f.t.Fatal(err)
+	}
+	cfg, err := env.UserConfig(authority.User(name), authority.Group)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	c, err := New(Config{Machine: name, REST: cfg, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
+		RetryPeriod: 200 * time.Millisecond, Resync: 300 * time.Millisecond, EvictRetry: 200 * time.Millisecond, BlockedRetry: time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if elect {
+			c.Run(ctx)
+		} else {
+			c.lead(ctx)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	f.t.Cleanup(stop)
+	return stop
+}
+
+// fakeAgent plays one machine's agent: it asks for a turn for a pending set when told,
+// says Draining while its turn is drained, then goes down (its Node NotReady) for
+// downFor, comes back, and says None, giving the turn back. neverReturns stops it at
+// "down".
+type fakeAgent struct {
+	f            *fleetFixture
+	name         string
+	downFor      time.Duration
+	neverReturns bool
+	reboots      atomic.Int32
+	set          atomic.Int32 // pending sets asked for so far
+}
+
+// ask makes the machine wait for a turn with a new pending set.
+func (a *fakeAgent) ask() {
+	n := a.set.Add(1)
+	a.writeStatus(func(s *v1alpha1.MachineStatus) {
+		s.PendingHash = fmt.Sprintf("sha256:%s-%d", a.name, n)
+		s.PendingCount = 1
+		s.Reboot.State = v1alpha1.RebootWaitingForTurn
+		now := metav1.Now()
+		s.Reboot.Since = &now
+	})
+}
+
+func (a *fakeAgent) writeStatus(change func(*v1alpha1.MachineStatus)) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m, err := a.f.liken.Machine(context.Background(), a.name)
+		if err != nil {
+			return err
+		}
+		change(&m.Status)
+		_, err = a.f.liken.UpdateMachineStatus(context.Background(), m)
+		return err
+	})
+	if err != nil {
+		a.f.t.Errorf("%s: writing status: %v", a.name, err)
+	}
+}
+
+func (a *fakeAgent) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		m, err := a.f.liken.Machine(ctx, a.name)
+		if err != nil {
+			continue
+		}
+		cl, err := a.f.liken.Cluster(ctx)
+		if err != nil {
+			continue
+		}
+		var turn *v1alpha1.Turn
+		for i := range cl.Status.Turns {
+			if cl.Status.Turns[i].Machine == a.name {
+				turn = &cl.Status.Turns[i]
+			}
+		}
+		st := m.Status.Reboot.State
+		blocked := false
+		for _, b := range cl.Status.DrainBlocked {
+			blocked = blocked || (b.Machine == a.name && b.PendingHash == m.Status.PendingHash && time.Now().Before(b.RetryAt.Time))
+		}
+		switch {
+		case turn == nil && st == v1alpha1.RebootDraining && blocked:
+			a.writeStatus(func(s *v1alpha1.MachineStatus) { s.Reboot.State = v1alpha1.RebootDrainBlocked })
+		case turn == nil && (st == v1alpha1.RebootDraining || st == v1alpha1.RebootDrainBlocked) && !blocked:
+			a.writeStatus(func(s *v1alpha1.MachineStatus) { s.Reboot.State = v1alpha1.RebootWaitingForTurn })
+		case turn == nil || turn.PendingHash != m.Status.PendingHash:
+		case turn.Phase == v1alpha1.TurnDraining && st == v1alpha1.RebootWaitingForTurn:
+			a.writeStatus(func(s *v1alpha1.MachineStatus) { s.Reboot.State = v1alpha1.RebootDraining })
+		case turn.Phase == v1alpha1.TurnDrained && (st == v1alpha1.RebootWaitingForTurn || st == v1alpha1.RebootDraining):
+			a.writeStatus(func(s *v1alpha1.MachineStatus) { s.Reboot.State = v1alpha1.RebootRebooting })
+			a.reboots.Add(1)
+			a.f.setReady(a.name, false)
+			if a.neverReturns {
+				return
+			}
+			time.Sleep(a.downFor)
+			a.f.setReady(a.name, true)
+			a.writeStatus(func(s *v1alpha1.MachineStatus) {
+				s.Reboot.State, s.PendingHash, s.PendingCount = v1alpha1.RebootNone, "", 0
+			})
+		}
+	}
+}
+
+func (f *fleetFixture) agents(downFor time.Duration, names ...string) map[string]*fakeAgent {
+	out := map[string]*fakeAgent{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, n := range names {
+		a := &fakeAgent{f: f, name: n, downFor: downFor}
+		out[n] = a
+		wg.Add(1)
+		go func() { defer wg.Done(); a.run(ctx) }()
+	}
+	f.t.Cleanup(func() { cancel(); wg.Wait() })
+	return out
+}
+
+// watchTurns records, from a watch on the Cluster, the turn holders of every version
+// of its status, so an instant over budget cannot go unseen.
+func (f *fleetFixture) watchTurns() func() [][]string {
+	f.t.Helper()
+	w, err := f.liken.ClusterListWatch().Watch(metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	var seen [][]string
+	go func() {
+		for ev := range w.ResultChan() {
+			cl, ok := ev.Object.(*v1alpha1.Cluster)
+			if !ok {
+				continue
+			}
+			var holders []string
+			for _, t := range cl.Status.Turns {
+				holders = append(holders, t.Machine)
+			}
+			mu.Lock()
+			seen = append(seen, holders)
+			mu.Unlock()
+		}
+	}()
+	return func() [][]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]string(nil), seen...)
+	}
+}
+
+func (f *fleetFixture) waitFor(what string, timeout time.Duration, ok func() bool) {
+	f.t.Helper()
+	if err := wait.PollUntilContextTimeout(f.t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return ok(), nil
+	}); err != nil {
+		cl, _ := f.liken.Cluster(context.Background())
+		f.t.Fatalf("%s never happened within %s; the Cluster's status: %+v", what, timeout, cl.Status)
+	}
+}
+
+func machines(prefix string, n int, role v1alpha1.Role) map[string]v1alpha1.Role {
+	out := map[string]v1alpha1.Role{}
+	for i := 1; i <= n; i++ {
+		out[fmt.Sprintf("%s%d", prefix, i)] = role
+	}
+	return out
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestTwoCoordinatorsAtOnce: two coordinators lead at the same time (the Lease bypassed),
+// while six machines each want a reboot under maxUnavailable 2. Every version of the
+// Cluster's status the API server stored holds at most two turns, because turns are only
+// granted in a write conditional on the version they were planned from; every machine
+// reboots exactly once.
+func TestTwoCoordinatorsAtOnce(t *testing.T) {
+	two := intstr.FromInt32(2)
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &two }, machines("dual", 6, v1alpha1.RoleAgent))
+	seen := f.watchTurns()
+	agents := f.agents(300*time.Millisecond, f.names...)
+	f.coordinator("srv-a", false)
+	f.coordinator("srv-b", false)
+	for _, a := range agents {
+		a.ask()
+	}
+	f.waitFor("every machine rebooted", 90*time.Second, func() bool {
+		for _, a := range agents {
+			if a.reboots.Load() < 1 {
+				return false
+			}
+		}
+		return len(f.cluster().Status.Turns) == 0
+	})
+	for _, holders := range seen() {
+		if len(holders) > 2 {
+			t.Errorf("a stored status held %d turns, over the budget of 2: %v", len(holders), holders)
+		}
+	}
+	for _, a := range agents {
+		if n := a.reboots.Load(); n != 1 {
+			t.Errorf("%s rebooted %d times for one pending set", a.name, n)
+		}
+	}
+	t.Logf("%d versions of the Cluster's status seen", len(seen()))
+	for _, n := range f.names {
+		if f.node(n).Spec.Unschedulable {
+			t.Errorf("%s is left cordoned", n)
+		}
+	}
+}
+
+// TestUnavailableNodesCountAgainstTheBudget (scenario 8): a Node NotReady for another
+// reason uses the budget of one, so a waiting machine waits, saying why, until it is back.
+func TestUnavailableNodesCountAgainstTheBudget(t *testing.T) {
+	f := newFleet(t, nil, machines("count", 2, v1alpha1.RoleAgent))
+	f.setReady("count2", false)
+	agents := f.agents(100*time.Millisecond, "count1")
+	f.coordinator("srv-c", true)
+	agents["count1"].ask()
+	f.waitFor("count1 said to wait for count2", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "count1" && strings.Contains(st.Waiting[0].Reason, "count2") && len(st.Turns) == 0
+	})
+	time.Sleep(time.Second)
+	if n := agents["count1"].reboots.Load(); n != 0 {
+		t.Fatalf("count1 rebooted while count2 was NotReady with a budget of 1")
+	}
+	f.setReady("count2", true)
+	f.waitFor("count1 rebooted once count2 was back", 30*time.Second, func() bool { return agents["count1"].reboots.Load() == 1 })
+}
+
+// TestAdminCordonKept (scenario 4): a Node an operator cordoned before the turn stays
+// cordoned after the reboot; one liken cordoned is uncordoned.
+func TestAdminCordonKept(t *testing.T) {
+	f := newFleet(t, nil, machines("cord", 2, v1alpha1.RoleAgent))
+	f.setCordon("cord1", true)
+	agents := f.agents(100*time.Millisecond, f.names...)
+	f.coordinator("srv-d", true)
+	agents["cord1"].ask()
+	f.waitFor("cord1 rebooted and gave its turn back", 30*time.Second, func() bool {
+		return agents["cord1"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	if !f.node("cord1").Spec.Unschedulable {
+		t.Error("the operator's cordon of cord1 was undone")
+	}
+	agents["cord2"].ask()
+	// cord1, cordoned, counts as unavailable: with a budget of one, cord2 waits for it.
+	f.waitFor("cord2 waits for the cordoned cord1", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Waiting) == 1 && strings.Contains(st.Waiting[0].Reason, "cord1")
+	})
+	f.setCordon("cord1", false)
+	f.waitFor("cord2 rebooted and gave its turn back", 30*time.Second, func() bool {
+		return agents["cord2"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	if f.node("cord2").Spec.Unschedulable {
+		t.Error("cord2, cordoned by liken for its drain, was left cordoned")
+	}
+}
+
+// TestServersOneAtATime (scenario 9): three servers wait under a budget of three; one
+// reboots at a time, and none while another server is unavailable.
+func TestServersOneAtATime(t *testing.T) {
+	three := intstr.FromInt32(3)
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &three }, machines("srv", 3, v1alpha1.RoleServer))
+	seen := f.watchTurns()
+	agents := f.agents(300*time.Millisecond, f.names...)
+	f.coordinator("ctl-e", true)
+	for _, a := range agents {
+		a.ask()
+	}
+	f.waitFor("every server rebooted", 60*time.Second, func() bool {
+		for _, a := range agents {
+			if a.reboots.Load() != 1 {
+				return false
+			}
+		}
+		return len(f.cluster().Status.Turns) == 0
+	})
+	for _, holders := range seen() {
+		if len(holders) > 1 {
+			t.Errorf("two servers held turns at once: %v", holders)
+		}
+	}
+	// One server down for another reason: no server gets a turn.
+	f.setReady("srv3", false)
+	agents["srv1"].ask()
+	f.waitFor("srv1 told it waits for srv3", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Waiting) == 1 && strings.Contains(st.Waiting[0].Reason, "srv3") && len(st.Turns) == 0
+	})
+}
+
+// TestCoordinatorGoesLast (scenario 10): the coordinator's own machine, waiting first,
+// reboots only once no other machine waits.
+func TestCoordinatorGoesLast(t *testing.T) {
+	f := newFleet(t, nil, map[string]v1alpha1.Role{"last1": v1alpha1.RoleServer, "last2": v1alpha1.RoleAgent, "last3": v1alpha1.RoleAgent})
+	agents := f.agents(200*time.Millisecond, f.names...)
+	var order []string
+	var mu sync.Mutex
+	seen := f.watchTurns()
+	agents["last1"].ask()
+	time.Sleep(1100 * time.Millisecond) // an older wait than the others'
+	agents["last2"].ask()
+	agents["last3"].ask()
+	f.coordinator("last1", true)
+	f.waitFor("every machine rebooted", 60*time.Second, func() bool {
+		for _, a := range agents {
+			if a.reboots.Load() != 1 {
+				return false
+			}
+		}
+		return len(f.cluster().Status.Turns) == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, holders := range seen() {
+		if len(holders) == 1 && (len(order) == 0 || order[len(order)-1] != holders[0]) {
+			order = append(order, holders[0])
+		}
+	}
+	if len(order) != 3 || order[2] != "last1" {
+		t.Errorf("turns went to %v; the coordinator's machine last1 must go last", order)
+	}
+}
+
+// TestHolderNeverReturns (scenario 1): a machine that goes down and never comes back
+// keeps its turn, visibly (the Cluster Degraded, naming it), and the next machine waits
+// for it: the budget is never exceeded by a silent expiry. An operator gives the turn
+// back; the Node, NotReady, still counts until the machine leaves the fleet.
+func TestHolderNeverReturns(t *testing.T) {
+	StuckAfter = 2 * time.Second
+	defer func() { StuckAfter = 15 * time.Minute }()
+	f := newFleet(t, nil, machines("dead", 2, v1alpha1.RoleAgent))
+	agents := f.agents(100*time.Millisecond, f.names...)
+	agents["dead1"].neverReturns = true
+	f.coordinator("srv-f", true)
+	agents["dead1"].ask()
+	f.waitFor("dead1 went down", 30*time.Second, func() bool { return agents["dead1"].reboots.Load() == 1 })
+	agents["dead2"].ask()
+	time.Sleep(3 * time.Second)
+	st := f.cluster().Status
+	if len(st.Turns) != 1 || st.Turns[0].Machine != "dead1" || agents["dead2"].reboots.Load() != 0 {
+		t.Fatalf("with dead1 down, turns are %+v and dead2 rebooted %d times", st.Turns, agents["dead2"].reboots.Load())
+	}
+	if len(st.Waiting) != 1 || !strings.Contains(st.Waiting[0].Reason, "dead1") {
+		t.Errorf("dead2's wait does not name dead1: %+v", st.Waiting)
+	}
+	f.waitFor("the Cluster Degraded because dead1 is not back", 30*time.Second, func() bool {
+		c := meta.FindStatusCondition(f.cluster().Status.Conditions, v1alpha1.ClusterDegraded)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "TurnHolderNotBack" && strings.Contains(c.Message, "liken release-turn")
+	})
+	// An operator gives the turn back (what liken release-turn writes).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl := f.cluster()
+		cl.Status.Turns[0].ReleasedBy = "ops"
+		_, err := f.liken.UpdateClusterStatus(t.Context(), cl)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the turn taken back and dead1 uncordoned", 30*time.Second, func() bool {
+		return len(f.cluster().Status.Turns) == 0 && !f.node("dead1").Spec.Unschedulable
+	})
+	// dead1's Node, NotReady, still counts against the budget: dead2 waits until it is gone.
+	time.Sleep(time.Second)
+	if agents["dead2"].reboots.Load() != 0 {
+		t.Fatal("dead2 rebooted while dead1's Node was NotReady")
+	}
+	if err := f.liken.DeleteMachine(t.Context(), "dead1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admin.CoreV1().Nodes().Delete(t.Context(), "dead1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("dead2 rebooted once dead1 left the fleet", 30*time.Second, func() bool { return agents["dead2"].reboots.Load() == 1 })
+}
+
+// kubelet finishes the deletion of pods bound to the named Nodes, as a kubelet does once
+// their containers stopped: the API server keeps a bound pod until its kubelet says so.
+func (f *fleetFixture) kubelet(nodes ...string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			for _, n := range nodes {
+				l, err := f.admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+				if err != nil {
+					continue
+				}
+				for _, p := range l.Items {
+					if p.DeletionTimestamp != nil {
+						zero := int64(0)
+						_ = f.admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+					}
+				}
+			}
+		}
+	}()
+	f.t.Cleanup(func() { cancel(); <-done })
+}
+
+// pod makes a Running, Ready pod bound to node, owned by a controller (a ReplicaSet
+// named after it), with labels.
+func (f *fleetFixture) pod(ns, name, node string, labels map[string]string, emptyDir bool) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	if _, err := f.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		f.t.Fatal(err)
+	}
+	yes := true
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-rs", UID: "00000000-0000-0000-0000-000000000001", Controller: &yes}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/app"}}},
+	}
+	if emptyDir {
+		p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	}
+	p, err := f.admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err := f.admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		zero := int64(0)
+		_ = f.admin.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+}
+
+// TestDrainEvictsAndHonoursPDBs (scenarios 3 and 5): a machine whose pod a
+// PodDisruptionBudget protects (minAvailable 1, one replica) cannot be drained: when
+// drain.timeout passes, its Node is uncordoned before the turn is given back, the pod and
+// the PDB are named in the Cluster's status and the machine is held back, with a longer
+// wait after each blocked drain. Once the PDB allows it, the pod is evicted and the
+// machine reboots.
+func TestDrainEvictsAndHonoursPDBs(t *testing.T) {
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.Drain.Timeout = &metav1.Duration{Duration: 10 * time.Second} }, machines("pdb", 1, v1alpha1.RoleAgent))
+	f.kubelet("pdb1")
+	f.pod("shop", "web-0", "pdb1", map[string]string{"app": "web"}, false)
+	f.pod("shop", "worker-0", "pdb1", map[string]string{"app": "worker"}, false)
+	one := intstr.FromInt32(1)
+	if _, err := f.admin.PolicyV1().PodDisruptionBudgets("shop").Create(t.Context(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agents := f.agents(100*time.Millisecond, "pdb1")
+	f.coordinator("srv-g", true)
+	// Uncordoned before the turn is given back: watch the Node at the moment the block
+	// appears.
+	agents["pdb1"].ask()
+	var block v1alpha1.DrainBlock
+	f.waitFor("the drain blocked by the PDB", 40*time.Second, func() bool {
+		st := f.cluster().Status
+		if len(st.DrainBlocked) == 1 {
+			block = st.DrainBlocked[0]
+			return true
+		}
+		return false
+	})
+	if f.node("pdb1").Spec.Unschedulable {
+		t.Error("the Node is still cordoned after its blocked drain gave the turn back")
+	}
+	if len(f.cluster().Status.Turns) != 0 {
+		t.Error("the blocked machine still holds its turn")
+	}
+	if !strings.Contains(block.Message, "shop/web-0") || !strings.Contains(block.Message, "PodDisruptionBudget shop/web") || len(block.BlockingPods) != 1 {
+		t.Errorf("the block does not name the pod and its PDB: %+v", block)
+	}
+	if _, err := f.admin.CoreV1().Pods("shop").Get(t.Context(), "worker-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the unprotected pod worker-0 was not evicted: %v", err)
+	}
+	if agents["pdb1"].reboots.Load() != 0 {
+		t.Fatal("the machine rebooted with its drain blocked")
+	}
+	f.waitFor("a second blocked drain, with a longer wait", 60*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.DrainBlocked) == 1 && st.DrainBlocked[0].Attempts == 2 &&
+			st.DrainBlocked[0].RetryAt.Sub(st.DrainBlocked[0].Since.Time) > block.RetryAt.Sub(block.Since.Time)
+	})
+	// Allow the disruption: the pod goes and the machine reboots.
+	if err := f.admin.PolicyV1().PodDisruptionBudgets("shop").Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the machine rebooted after its pod was evicted", 60*time.Second, func() bool {
+		return agents["pdb1"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	if _, err := f.admin.CoreV1().Pods("shop").Get(t.Context(), "web-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("web-0 is still there after the drain: %v", err)
+	}
+	if f.node("pdb1").Spec.Unschedulable {
+		t.Error("pdb1 is left cordoned")
+	}
+}
