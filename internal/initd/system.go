@@ -347,7 +347,7 @@ func (s *system) run() error {
 	}
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: agentArgs,
-		Env: []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
+		Env:  []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
 	registerSupervised("k3s", k3sProc.PID)
 	registerSupervised("liken-agent", agentProc.PID)
 	server := &supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}, Boot: s.boot}

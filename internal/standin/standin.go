@@ -6,8 +6,12 @@
 // What it does of k3s: `server|agent --config FILE` (also -c and K3S_CONFIG_FILE), reads the
 // config file and the registries file as k3s does, refuses a server-only key as an agent
 // ("flag provided but not defined", as k3s agent does), registers its Node with the API
-// server and keeps it Ready with a Lease heartbeat, and answers a kubelet-style readiness
-// check. What it does not do: run containers, serve an API, form a cluster.
+// server and keeps it Ready with a Lease heartbeat, answers a kubelet-style readiness
+// check, and plays the kubelet's part in a pod's life that drains need (pods bound to its
+// Node are reported Running and Ready; a pod being deleted goes once its grace period
+// has passed). What it does not do: run containers (so no pod really runs, probes never
+// run, no container ever fails), pull images, mount volumes, run kube-proxy or a CNI,
+// serve an API, form a cluster.
 //
 // Settings only the stand-in has come from the environment:
 //
@@ -248,6 +252,9 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		} else {
 			ready.Store(!neverReady)
 		}
+		if err := tendPods(ctx, client, name, log); err != nil {
+			fmt.Fprintf(log, "k3s-standin: pods: %v\n", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -331,4 +338,46 @@ func heartbeat(ctx context.Context, client kubernetes.Interface, name string, re
 	node.Status.NodeInfo.KubeletVersion = "v1.37.2-standin"
 	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	return err
+}
+
+// tendPods plays the kubelet's part in a pod's life that drains depend on, for the pods
+// bound to this Node: a pod not yet running is reported Running and Ready (no container
+// runs: the stand-in runs none), and a pod being deleted is removed once its grace period
+// has passed, as a kubelet does when its containers have stopped. Pods live in the API
+// server, so a restarted stand-in finds and reports the same pods.
+func tendPods(ctx context.Context, client kubernetes.Interface, name string, log io.Writer) error {
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("listing the pods bound to %s: %w", name, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		switch {
+		case p.DeletionTimestamp != nil:
+			if time.Now().Before(p.DeletionTimestamp.Time) {
+				continue // its grace period runs
+			}
+			zero := int64(0)
+			err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+				Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("removing pod %s/%s: %w", p.Namespace, p.Name, err)
+			}
+			fmt.Fprintf(log, "k3s-standin: pod %s/%s terminated (no container ran)\n", p.Namespace, p.Name)
+		case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
+			now := metav1.Now()
+			p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
+			p.Status.Conditions = []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			}
+			if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("reporting pod %s/%s running: %w", p.Namespace, p.Name, err)
+			}
+			fmt.Fprintf(log, "k3s-standin: pod %s/%s reported Running (stand-in: no container runs)\n", p.Namespace, p.Name)
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -204,4 +205,86 @@ func TestFaults(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Errorf("crash-after=1s: still running after 20s")
 	}
+}
+
+// TestPods: the stand-in plays the kubelet's part for the pods bound to its Node, with its
+// node identity (the Node authorizer and NodeRestriction admit it): a new pod is reported
+// Running and Ready, a deleted one stays for its grace period and then goes, and after a
+// restart the stand-in reports the pods it finds.
+func TestPods(t *testing.T) {
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	_, done, cancel := start(t, "pods1", "agent", "")
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
+	// No kube-controller-manager here to make the namespace's default ServiceAccount.
+	if _, err := admin.CoreV1().ServiceAccounts("default").Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	grace := int64(3)
+	newPod := func(name string) {
+		t.Helper()
+		_, err := admin.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: "pods1", TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/app"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := func(name string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			p, err := admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				return false, nil
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("pod %s never reported Running and Ready: %v", name, err)
+		}
+	}
+	newPod("web-1")
+	running("web-1")
+
+	if err := admin.CoreV1().Pods("default").Delete(t.Context(), "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	time.Sleep(time.Second)
+	if _, err := admin.CoreV1().Pods("default").Get(t.Context(), "web-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("web-1 went before its grace period of %ds: %v", grace, err)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := admin.CoreV1().Pods("default").Get(ctx, "web-1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted pod web-1 was never removed: %v", err)
+	}
+	if took := time.Since(deleted); took < time.Duration(grace)*time.Second {
+		t.Errorf("web-1 was removed %s after its deletion, before its grace period", took)
+	}
+
+	newPod("web-2")
+	running("web-2")
+	cancel()
+	<-done
+	stopped = true
+	newPod("web-3")
+	_, done, cancel = start(t, "pods1", "agent", "")
+	stopped = false
+	running("web-3")
+	running("web-2")
 }

@@ -307,17 +307,17 @@ func (e *Env) startAPIServer(etcdURL string) error {
 
 func (e *Env) startControllerManager(controllers string) error {
 	args := []string{
-		"--kubeconfig="+e.AdminKubeconfig,
-		"--authentication-kubeconfig="+e.AdminKubeconfig,
-		"--authorization-kubeconfig="+e.AdminKubeconfig,
+		"--kubeconfig=" + e.AdminKubeconfig,
+		"--authentication-kubeconfig=" + e.AdminKubeconfig,
+		"--authorization-kubeconfig=" + e.AdminKubeconfig,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", pickPort()),
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
-		"--service-account-private-key-file="+e.path("pki", "sa.key"),
-		"--root-ca-file="+e.path("pki", "server-ca.crt"),
-		"--cluster-signing-cert-file="+e.path("pki", "client-ca.crt"),
-		"--cluster-signing-key-file="+e.path("pki", "client-ca.key"),
+		"--service-account-private-key-file=" + e.path("pki", "sa.key"),
+		"--root-ca-file=" + e.path("pki", "server-ca.crt"),
+		"--cluster-signing-cert-file=" + e.path("pki", "client-ca.crt"),
+		"--cluster-signing-key-file=" + e.path("pki", "client-ca.key"),
 		"--cert-dir=" + e.path("controller-manager-certs"),
 	}
 	if controllers != "" {
