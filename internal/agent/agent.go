@@ -191,6 +191,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Coordinator != nil {
 		cc := *a.cfg.Coordinator
 		cc.Machine, cc.REST, cc.Events, cc.Log, cc.Now = a.cfg.Machine, a.cfg.REST, a.events, a.cfg.Log, a.cfg.Now
+		if cc.Metrics == nil {
+			cc.Metrics = coordinator.NewMetrics(a.cfg.Metrics.Registry)
+		}
 		co, err := coordinator.New(cc)
 		if err != nil {
 			return err

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -153,7 +156,7 @@ func (f *fleetFixture) node(name string) *corev1.Node {
 // coordinator starts a real coordinator with the credentials of server machine name.
 // elect false bypasses the Lease: it leads at once, even beside another leader (as two
 // leaders may for a moment when a Lease changes hands).
-func (f *fleetFixture) coordinator(name string, elect bool) (stop func()) {
+func (f *fleetFixture) coordinator(name string, elect bool) *Metrics {
 	f.t.Helper()
 	if err := authority.InstallServers(f.t.Context(), f.admin, name); err != nil {
 		f.t.Fatal(err)
@@ -162,7 +165,8 @@ func (f *fleetFixture) coordinator(name string, elect bool) (stop func()) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	c, err := New(Config{Machine: name, REST: cfg, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
+	m := NewMetrics(prometheus.NewRegistry())
+	c, err := New(Config{Machine: name, REST: cfg, Metrics: m, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
 		RetryPeriod: 200 * time.Millisecond, Resync: 300 * time.Millisecond, EvictRetry: 200 * time.Millisecond, BlockedRetry: time.Second})
 	if err != nil {
 		f.t.Fatal(err)
@@ -177,10 +181,8 @@ func (f *fleetFixture) coordinator(name string, elect bool) (stop func()) {
 			c.lead(ctx)
 		}
 	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	f.t.Cleanup(stop)
-	return stop
+	f.t.Cleanup(func() { cancel(); <-done })
+	return m
 }
 
 // fakeAgent plays one machine's agent: it asks for a turn for a pending set when told,
@@ -628,7 +630,7 @@ func TestDrainEvictsAndHonoursPDBs(t *testing.T) {
 		t.Fatal(err)
 	}
 	agents := f.agents(100*time.Millisecond, "pdb1")
-	f.coordinator("srv-g", true)
+	metrics := f.coordinator("srv-g", true)
 	// Uncordoned before the turn is given back: watch the Node at the moment the block
 	// appears.
 	agents["pdb1"].ask()
@@ -673,5 +675,15 @@ func TestDrainEvictsAndHonoursPDBs(t *testing.T) {
 	}
 	if f.node("pdb1").Spec.Unschedulable {
 		t.Error("pdb1 is left cordoned")
+	}
+	if n := testutil.ToFloat64(metrics.Blocked); n < 2 {
+		t.Errorf("liken_coordinator_drains_blocked_total = %v after two blocked drains", n)
+	}
+	var h dto.Metric
+	if err := metrics.DrainSeconds.Write(&h); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.GetHistogram().GetSampleCount(); n != 1 || testutil.ToFloat64(metrics.Granted) < 3 || testutil.ToFloat64(metrics.Leader) != 1 {
+		t.Errorf("drain durations observed %d (want the one finished drain), turns granted %v, leader %v", n, testutil.ToFloat64(metrics.Granted), testutil.ToFloat64(metrics.Leader))
 	}
 }

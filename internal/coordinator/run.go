@@ -50,6 +50,8 @@ type Config struct {
 	Resync time.Duration
 	// EvictRetry is the wait between evictions a PodDisruptionBudget refused (zero: 5 s).
 	EvictRetry time.Duration
+	// Metrics records what the coordinator does; nil: metrics of its own, unregistered.
+	Metrics *Metrics
 	// BlockedRetry is the wait after the first blocked drain before the machine may take
 	// a turn again; it doubles with each blocked drain for the same pending set, up to an
 	// hour (zero: 1 minute).
@@ -102,6 +104,9 @@ func New(cfg Config) (*Coordinator, error) {
 			*d.v = d.def
 		}
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
 	lc, err := kube.NewClient(cfg.REST)
 	if err != nil {
 		return nil, err
@@ -152,6 +157,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 // (leadership lost): then every drain under way stops.
 func (c *Coordinator) lead(ctx context.Context) {
 	defer c.stopDrains()
+	c.cfg.Metrics.Leader.Set(1)
+	defer c.cfg.Metrics.Leader.Set(0)
 	trigger := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.kick() },
 		UpdateFunc: func(any, any) { c.kick() },
@@ -234,6 +241,7 @@ func (c *Coordinator) step(ctx context.Context) error {
 		return err
 	}
 	cached := o.(*v1alpha1.Cluster)
+	c.gauge(p.Status)
 	if equality.Semantic.DeepEqual(p.Status, cached.Status) && len(p.Uncordon) == 0 {
 		c.startDrains(ctx, cached)
 		return nil
@@ -260,6 +268,9 @@ func (c *Coordinator) step(ctx context.Context) error {
 			return fmt.Errorf("writing the Cluster's status: %w", err)
 		}
 	}
+	c.gauge(p.Status)
+	c.cfg.Metrics.Released.Add(float64(len(p.Released)))
+	c.cfg.Metrics.Granted.Add(float64(len(p.Granted)))
 	for m, why := range p.Released {
 		c.log.Info("turn taken back", "machine", m, "why", why)
 		c.event(m, corev1.EventTypeNormal, "TurnReleased", "the disruption-budget turn was taken back: "+why)
@@ -270,6 +281,12 @@ func (c *Coordinator) step(ctx context.Context) error {
 	}
 	c.startDrains(ctx, cl)
 	return nil
+}
+
+func (c *Coordinator) gauge(st v1alpha1.ClusterStatus) {
+	c.cfg.Metrics.Waiting.Set(float64(len(st.Waiting)))
+	c.cfg.Metrics.Turns.Set(float64(len(st.Turns)))
+	c.cfg.Metrics.DrainsBlocked.Set(float64(len(st.DrainBlocked)))
 }
 
 func (c *Coordinator) event(machine, typ, reason, msg string) {
@@ -409,6 +426,7 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 			log.Error("recording the drain", "err", err)
 		}
 	case out.drained:
+		c.cfg.Metrics.DrainSeconds.Observe(c.cfg.Now().Sub(start).Seconds())
 		log.Info("drained", "took", c.cfg.Now().Sub(start).Round(time.Millisecond), "forced", out.forced)
 		msg := "the Node is drained; the machine reboots"
 		if len(out.forced) > 0 {
@@ -416,6 +434,7 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		}
 		c.event(t.Machine, corev1.EventTypeNormal, "Drained", msg)
 	default:
+		c.cfg.Metrics.Blocked.Inc()
 		log.Warn("drain blocked", "pods", out.blocking)
 		c.event(t.Machine, corev1.EventTypeWarning, "DrainBlocked", out.message)
 	}
