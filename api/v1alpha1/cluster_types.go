@@ -67,6 +67,13 @@ type ClusterSpec struct {
 	// +kubebuilder:default={}
 	DisruptionBudget DisruptionBudget `json:"disruptionBudget,omitempty"`
 
+	// MaintenanceWindows, when set, are the only times a reboot under rebootPolicy Auto
+	// starts (one that started may finish after its window closes). A reboot an operator
+	// approved for its exact pending set starts outside them too.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
 	// Drain says how a machine empties itself before it reboots.
 	// +optional
 	// +kubebuilder:default={}
@@ -110,6 +117,33 @@ type DisruptionBudget struct {
 	// +kubebuilder:validation:MaxLength=4
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// Weekday is a day of the week.
+// +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday
+type Weekday string
+
+// MaintenanceWindow is a time, on some days of the week, when Auto reboots may start.
+type MaintenanceWindow struct {
+	// Days the window opens on; empty means every day.
+	// +optional
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	Days []Weekday `json:"days,omitempty"`
+	// Start is the local time the window opens, as HH:MM (24-hour clock).
+	// +required
+	// +kubebuilder:validation:MaxLength=5
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')",message="start must be a time of day as HH:MM, such as 02:30"
+	Start string `json:"start"`
+	// Duration is how long the window stays open.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="duration must be from 1m to 168h, such as 4h"
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is the IANA time zone Start is in, such as Europe/Berlin (default UTC).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$')",message="timeZone must be an IANA time zone name such as Europe/Berlin or UTC"
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // DrainPolicy says how a machine is drained before a reboot.

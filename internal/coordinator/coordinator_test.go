@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"strings"
@@ -202,7 +203,7 @@ type fakeAgent struct {
 func (a *fakeAgent) ask() {
 	n := a.set.Add(1)
 	a.writeStatus(func(s *v1alpha1.MachineStatus) {
-		s.PendingHash = fmt.Sprintf("sha256:%s-%d", a.name, n)
+		s.PendingHash = fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(fmt.Sprintf("%s-%d", a.name, n))))
 		s.PendingCount = 1
 		s.Reboot.State = v1alpha1.RebootWaitingForTurn
 		now := metav1.Now()
@@ -686,4 +687,53 @@ func TestDrainEvictsAndHonoursPDBs(t *testing.T) {
 	if n := h.GetHistogram().GetSampleCount(); n != 1 || testutil.ToFloat64(metrics.Granted) < 3 || testutil.ToFloat64(metrics.Leader) != 1 {
 		t.Errorf("drain durations observed %d (want the one finished drain), turns granted %v, leader %v", n, testutil.ToFloat64(metrics.Granted), testutil.ToFloat64(metrics.Leader))
 	}
+}
+
+// TestMaintenanceWindow: under rebootPolicy Auto a reboot starts only inside a maintenance
+// window, and the machine is told when the next opens; an operator's approval of its
+// exact pending set starts it outside one; a window that is open lets Auto reboots go.
+func TestMaintenanceWindow(t *testing.T) {
+	now := time.Now().UTC()
+	closed := v1alpha1.MaintenanceWindow{Start: now.Add(2 * time.Hour).Format("15:04"), Duration: metav1.Duration{Duration: time.Hour}}
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) {
+		s.RebootPolicy = v1alpha1.RebootAuto
+		s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{closed}
+	}, machines("win", 2, v1alpha1.RoleAgent))
+	agents := f.agents(100*time.Millisecond, f.names...)
+	f.coordinator("srv-h", true)
+	agents["win1"].ask()
+	f.waitFor("win1 told when the next window opens", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "win1" && strings.Contains(st.Waiting[0].Reason, "the next opens at") && len(st.Turns) == 0
+	})
+	time.Sleep(time.Second)
+	if agents["win1"].reboots.Load() != 0 {
+		t.Fatal("an Auto reboot started outside the maintenance window")
+	}
+	// An operator approves win1's exact pending set: it goes now.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m, err := f.liken.Machine(t.Context(), "win1")
+		if err != nil {
+			return err
+		}
+		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: m.Status.PendingHash, ApprovedBy: "ops"}}
+		_, err = f.liken.UpdateMachine(t.Context(), m)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("win1 rebooted on its approval", 30*time.Second, func() bool { return agents["win1"].reboots.Load() == 1 })
+	// A window open now: win2's Auto reboot goes.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl := f.cluster()
+		cl.Spec.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: now.Add(-time.Minute).Format("15:04"), Duration: metav1.Duration{Duration: time.Hour}}}
+		_, err := f.liken.UpdateCluster(t.Context(), cl)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents["win2"].ask()
+	f.waitFor("win2 rebooted inside the open window", 30*time.Second, func() bool { return agents["win2"].reboots.Load() == 1 })
 }

@@ -67,6 +67,20 @@ func orNone(s string) string {
 	return s
 }
 
+// autoOnly: the machine reboots by rebootPolicy Auto alone, without an operator's approval
+// of its pending set; only such reboots wait for a maintenance window.
+func autoOnly(m *v1alpha1.Machine, cl *v1alpha1.Cluster) bool {
+	policy := cl.Spec.RebootPolicy
+	if m.Spec.RebootPolicy != nil {
+		policy = *m.Spec.RebootPolicy
+	}
+	if policy != v1alpha1.RebootAuto {
+		return false
+	}
+	r := m.Spec.Reboot
+	return r == nil || r.Approval == nil || r.Approval.PendingHash != m.Status.PendingHash
+}
+
 // unavailable says why a machine's Node is unavailable, or "".
 func unavailable(n *corev1.Node) string {
 	if n == nil {
@@ -143,9 +157,22 @@ func MakePlan(f Fleet) (Plan, error) {
 
 	var ms []Machine
 	notes := map[string]string{}
+	windowOpen, nextWindow, windowErr := Windows(cl.Spec.MaintenanceWindows, f.Now)
 	for i := range f.Machines {
 		m := &f.Machines[i]
 		w, note := waitsForTurn(m, blocks, f.Now)
+		if w && autoOnly(m, cl) && !windowOpen {
+			w = false
+			switch {
+			case windowErr != nil:
+				note = "rebootPolicy Auto waits for a maintenance window, but " + windowErr.Error()
+			case nextWindow.IsZero():
+				note = "rebootPolicy Auto: reboots start only in a maintenance window, and none ever opens"
+			default:
+				note = "rebootPolicy Auto: reboots start only in a maintenance window; the next opens at " + nextWindow.UTC().Format(time.RFC3339) +
+					" (liken approve-reboot starts it sooner)"
+			}
+		}
 		if note != "" {
 			notes[m.Name] = note
 		}
@@ -193,6 +220,10 @@ func MakePlan(f Fleet) (Plan, error) {
 	st.Waiting = waiting
 	st.Coordinator = f.Self
 	count(&st, cl, f.Machines, ms, f.Now)
+	if windowErr != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,
+			Reason: "MaintenanceWindowInvalid", Message: windowErr.Error() + ": rebootPolicy Auto reboots wait until it is fixed", ObservedGeneration: cl.Generation})
+	}
 	p.Status = st
 	return p, nil
 }
