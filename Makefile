@@ -10,6 +10,7 @@ bench: ## Run the benchmarks (figures, never pass/fail on time).
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'LiveChange' -benchtime 100x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|p50-ms'
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'AgentIdle' -benchtime 1x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|rss-MiB'
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'VerifiedDownload' -benchtime 1x ./internal/release/ 2>&1 | grep -E '^(ok|FAIL|---)|throughput-ratio'
+	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'Rollout|Idle' -benchtime 1x ./internal/coordinator/ 2>&1 | grep -E '^(ok|FAIL|---)|ideal-ratio|heap-MiB'
 
 clean-report:
 	@rm -f $(LIKEN_TEST_REPORT)

@@ -140,6 +140,10 @@ func MakePlan(f Fleet) (Plan, error) {
 		}
 		turns = append(turns, t)
 	}
+	uncordoning := map[string]bool{}
+	for _, n := range p.Uncordon {
+		uncordoning[n] = true
+	}
 	held := map[string]bool{}
 	for _, t := range turns {
 		held[t.Machine] = true
@@ -180,9 +184,16 @@ func MakePlan(f Fleet) (Plan, error) {
 		if m.Status.Reboot.Since != nil {
 			since = m.Status.Reboot.Since.Time
 		}
+		node := f.Nodes[m.Name]
+		if uncordoning[m.Name] && node != nil {
+			// Its turn ends in this plan and the Node is uncordoned before the write: a
+			// cordon that is liken's own does not hold the budget a moment longer.
+			node = node.DeepCopy()
+			node.Spec.Unschedulable = false
+		}
 		ms = append(ms, Machine{
 			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer,
-			Unavailable: unavailable(f.Nodes[m.Name]), HoldsTurn: held[m.Name],
+			Unavailable: unavailable(node), HoldsTurn: held[m.Name],
 			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self,
 		})
 	}

@@ -186,15 +186,20 @@ func (c *Coordinator) lead(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if err := c.step(ctx); err != nil && ctx.Err() == nil {
+			// A conflict is another writer (a drain recording its outcome, another leader
+			// for a moment): plan again at once from a fresh read. Anything else waits a
+			// second.
+			wait := 20 * time.Millisecond
 			if apierrors.IsConflict(err) {
 				c.log.Debug("the Cluster changed while planning; planning again", "err", err)
 			} else {
 				c.log.Error("coordinating", "err", err)
+				wait = time.Second
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			}
 			c.kick()
 		}

@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/test/report"
+)
+
+// rebootOnTurn plays every machine's reboot: when a machine's turn is drained it says
+// Rebooting, its Node goes NotReady for down, comes back, and the machine says None. One
+// Cluster watch drives all of them, so a hundred machines cost no polling.
+func (f *fleetFixture) rebootOnTurn(ctx context.Context, down time.Duration) {
+	w, err := f.liken.ClusterListWatch().Watch(metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	started := map[string]bool{}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				cl, ok := ev.Object.(*v1alpha1.Cluster)
+				if !ok {
+					continue
+				}
+				for _, t := range cl.Status.Turns {
+					mu.Lock()
+					go1 := t.Phase == v1alpha1.TurnDrained && !started[t.Machine]
+					started[t.Machine] = started[t.Machine] || go1
+					mu.Unlock()
+					if !go1 {
+						continue
+					}
+					a := &fakeAgent{f: f, name: t.Machine}
+					go func() {
+						a.writeStatus(func(s *v1alpha1.MachineStatus) { s.Reboot.State = v1alpha1.RebootRebooting })
+						f.setReady(a.name, false)
+						time.Sleep(down)
+						f.setReady(a.name, true)
+						a.writeStatus(func(s *v1alpha1.MachineStatus) {
+							s.Reboot.State, s.PendingHash, s.PendingCount = v1alpha1.RebootNone, "", 0
+						})
+					}()
+				}
+			}
+		}
+	}()
+}
+
+// BenchmarkRollout: 100 simulated machines each want a reboot under maxUnavailable 10%,
+// with a fixed simulated reboot (the Node NotReady for 3 s) and no pods to drain. The ideal
+// is ceil(N/k) rounds of one reboot each; the figure is ideal / measured (goal >= 0.9).
+func BenchmarkRollout(b *testing.B) {
+	const n, down = 100, 3 * time.Second
+	pct := intstr.FromString("10%")
+	f := newFleet(b, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &pct }, machines("roll", n, v1alpha1.RoleAgent))
+	k, _ := Budget(&pct, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.rebootOnTurn(ctx, down)
+	var wg sync.WaitGroup
+	for _, name := range f.names {
+		wg.Add(1)
+		go func() { defer wg.Done(); (&fakeAgent{f: f, name: name}).ask() }()
+	}
+	wg.Wait()
+	b.ResetTimer()
+	start := time.Now()
+	f.coordinator("srv-bench", true)
+	f.waitFor("every machine rebooted", 10*time.Minute, func() bool {
+		cl := f.cluster()
+		if len(cl.Status.Turns) > 0 || len(cl.Status.Waiting) > 0 {
+			return false
+		}
+		ms, err := f.liken.Machines(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, m := range ms {
+			if strings.HasPrefix(m.Name, "roll") && m.Status.Reboot.State != v1alpha1.RebootNone {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(start)
+	b.StopTimer()
+	ideal := time.Duration(math.Ceil(float64(n)/float64(k))) * down
+	ratio := ideal.Seconds() / took.Seconds()
+	b.ReportMetric(ratio, "ideal-ratio")
+	b.ReportMetric(took.Seconds(), "rollout-s")
+	report.Line("coordinator rollout: %d simulated machines, maxUnavailable 10%% (%d at once), reboot %s, no pods: %s against the ideal %s (ceil(%d/%d) rounds): ratio %.2f",
+		n, k, down, took.Round(100*time.Millisecond), ideal, n, k, ratio)
+}
+
+// BenchmarkIdle: 1,000 simulated machines with nothing to do. The coordinator's heap after
+// it has read the fleet, and the API requests it makes per minute besides its watches and
+// its Lease (goal 0: an idle coordinator only reads its caches).
+func BenchmarkIdle(b *testing.B) {
+	const n = 1000
+	f := newFleet(b, nil, machines("idle", n, v1alpha1.RoleAgent))
+	if err := authority.InstallServers(b.Context(), f.admin, "srv-idle"); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := env.UserConfig(authority.User("srv-idle"), authority.Group)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var other, lease, watches atomic.Int64
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			switch {
+			case r.URL.Query().Get("watch") == "true":
+				watches.Add(1)
+			case strings.Contains(r.URL.Path, "/leases/"):
+				lease.Add(1)
+			default:
+				other.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c, err := New(Config{Machine: "srv-idle", REST: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	f.waitFor("the coordinator counted the fleet", 2*time.Minute, func() bool { return f.cluster().Status.Machines == n })
+	time.Sleep(5 * time.Second) // settled
+	b.ResetTimer()
+	o0, l0 := other.Load(), lease.Load()
+	const window = 30 * time.Second
+	time.Sleep(window)
+	perMin := float64(other.Load()-o0) * float64(time.Minute) / float64(window)
+	leasePerMin := float64(lease.Load()-l0) * float64(time.Minute) / float64(window)
+	b.StopTimer()
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	heap := float64(after.HeapInuse-min(before.HeapInuse, after.HeapInuse)) / (1 << 20)
+	b.ReportMetric(heap, "heap-MiB")
+	b.ReportMetric(perMin, "req/min")
+	report.Line("coordinator idle with %d simulated machines: heap %.1f MiB (the test process's heap growth, goal < 200), %.1f API requests/min besides %d watches and %.0f Lease requests/min (goal 0)",
+		n, heap, perMin, watches.Load(), leasePerMin)
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
