@@ -5,7 +5,9 @@ import (
 	"os"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -208,6 +210,28 @@ func TestMachineCredentials(t *testing.T) {
 			_, err := m1kube.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 			return err
 		}},
+		{"cordon another Node", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Nodes().Patch(ctx, "m2", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"evict a pod (only the coordinator on a server drains)", func(ctx context.Context) error {
+			return m1kube.CoreV1().Pods("default").EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "any", Namespace: "default"}})
+		}},
+		{"grant itself a turn (write the Cluster's status)", func(ctx context.Context) error {
+			c, err := adminLiken.Cluster(ctx)
+			if err != nil {
+				return err
+			}
+			c.Status.Turns = []v1alpha1.Turn{{Machine: "m1", Since: metav1.Now()}}
+			_, err = m1.UpdateClusterStatus(ctx, c)
+			return err
+		}},
+		{"take the coordinator's Lease", func(ctx context.Context) error {
+			holder := "m1"
+			_, err := m1kube.CoordinationV1().Leases(v1alpha1.SecretNamespace).Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: LeaseName, Namespace: v1alpha1.SecretNamespace}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
+			return err
+		}},
 		{"change its own RBAC", func(ctx context.Context) error {
 			r, err := admin.RbacV1().ClusterRoles().Get(ctx, ObjectName("m1"), metav1.GetOptions{})
 			if err != nil {
@@ -243,4 +267,121 @@ func restFor(t *testing.T, cfg *rest.Config) rest.Interface {
 
 func kubeCodecs() runtime.NegotiatedSerializer {
 	return serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(kube.Scheme)}
+}
+
+// TestServerCoordinatorRights proves what the coordinator's roles give a server machine's
+// certificate, and what they still do not: an operator's approval and other machines'
+// status stay out of reach.
+func TestServerCoordinatorRights(t *testing.T) {
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	adminLiken, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctx, admin, "s9", "a9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallServers(ctx, admin, "s9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallServers(ctx, admin, "s9"); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if _, err := adminLiken.Cluster(ctx); apierrors.IsNotFound(err) {
+		if _, err := adminLiken.CreateCluster(ctx, cluster()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"s9", "a9"} {
+		if _, err := adminLiken.CreateMachine(ctx, machine(n)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := env.UserConfig(User("s9"), Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skube := kubernetes.NewForConfigOrDie(cfg)
+	s9, err := kube.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"list every Machine", func(ctx context.Context) error { _, err := s9.Machines(ctx); return err }},
+		{"write the Cluster's status", func(ctx context.Context) error {
+			c, err := s9.Cluster(ctx)
+			if err != nil {
+				return err
+			}
+			c.Status.Coordinator = "s9"
+			_, err = s9.UpdateClusterStatus(ctx, c)
+			return err
+		}},
+		{"cordon an agent's Node", func(ctx context.Context) error {
+			_, err := skube.CoreV1().Nodes().Patch(ctx, "a9", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"list the pods on a Node", func(ctx context.Context) error {
+			_, err := skube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=a9"})
+			return err
+		}},
+		{"take the coordinator's Lease", func(ctx context.Context) error {
+			holder := "s9"
+			_, err := skube.CoordinationV1().Leases(v1alpha1.SecretNamespace).Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: LeaseName, Namespace: v1alpha1.SecretNamespace}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
+			return err
+		}},
+	}
+	for _, a := range allowed {
+		if err := a.do(ctx); err != nil {
+			t.Errorf("server s9 cannot %s: %v", a.name, err)
+		}
+	}
+	// Eviction of a pod that does not exist: allowed by RBAC, so the answer is NotFound.
+	err = skube.CoreV1().Pods("default").EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "nosuch", Namespace: "default"}})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("server s9 evicting a pod: err = %v, want NotFound (allowed, no such pod)", err)
+	}
+	denied := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"approve a reboot", func(ctx context.Context) error {
+			_, err := s9.PatchMachine(ctx, "a9", []byte(`{"spec":{"reboot":{"approval":{"pendingHash":"sha256:`+zeros+`"}}}}`))
+			return err
+		}},
+		{"write another machine's status", func(ctx context.Context) error {
+			m, err := adminLiken.Machine(ctx, "a9")
+			if err != nil {
+				return err
+			}
+			_, err = s9.UpdateMachineStatus(ctx, m)
+			return err
+		}},
+		{"change the Cluster's spec", func(ctx context.Context) error {
+			c, err := adminLiken.Cluster(ctx)
+			if err != nil {
+				return err
+			}
+			c.Spec.RebootPolicy = v1alpha1.RebootAuto
+			_, err = s9.UpdateCluster(ctx, c)
+			return err
+		}},
+		{"read Secrets elsewhere", func(ctx context.Context) error {
+			_, err := skube.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+	}
+	for _, d := range denied {
+		if err := d.do(ctx); !apierrors.IsForbidden(err) {
+			t.Errorf("server s9 could %s: err = %v, want Forbidden", d.name, err)
+		}
+	}
 }
