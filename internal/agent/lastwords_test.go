@@ -305,16 +305,26 @@ func TestRebootRequest(t *testing.T) {
 func TestStatusWrittenWhenStopped(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"p1": v1alpha1.RoleAgent})
 	p1 := newSim(t, "p1", v1alpha1.RoleAgent)
-	var armed atomic.Bool
+	var armed atomic.Int64 // the generation whose status write is slowed down
 	started := make(chan struct{}, 1)
 	p1.wrap = func(next http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			if armed.Load() && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/machines/p1/status") {
-				select {
-				case started <- struct{}{}:
-				default:
+			if gen := armed.Load(); gen != 0 && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/machines/p1/status") && r.Body != nil {
+				// Only the write for the edit: other passes (the coordinator writing the
+				// Cluster's status wakes the agent too) may write status meanwhile.
+				b, err := io.ReadAll(r.Body)
+				r.Body.Close()
+				if err != nil {
+					return nil, err
 				}
-				time.Sleep(time.Second) // a slow API server
+				r.Body = io.NopCloser(bytes.NewReader(b))
+				if bytes.Contains(b, []byte(fmt.Sprintf(`"observedGeneration":%d`, gen))) {
+					select {
+					case started <- struct{}{}:
+					default:
+					}
+					time.Sleep(time.Second) // a slow API server
+				}
 			}
 			return next.RoundTrip(r)
 		})
@@ -323,7 +333,11 @@ func TestStatusWrittenWhenStopped(t *testing.T) {
 	p1.start(t)
 	f.waitFor(t, "p1", "settled", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return condTrue(m, v1alpha1.MachineConfigApplied) })
 
-	armed.Store(true)
+	m0, err := f.liken.Machine(t.Context(), "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(m0.Generation + 1)
 	f.editMachine("p1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "7"} })
 	select {
 	case <-started:
