@@ -121,6 +121,15 @@ func TestRebootView(t *testing.T) {
 			out: &outcome{failures: map[string]string{}}, want: v1alpha1.RebootVerifying, says: "Node is not Ready"},
 		{name: "back from the reboot and healthy", status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, hash)},
 			out: healthy, want: v1alpha1.RebootNone, says: "takes the turn back"},
+		{name: "a change that fails to apply does not hold the turn", status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDrained, hash)},
+			out: &outcome{nodeReady: true, failures: map[string]string{"sysctl vm.x": "no such key"}}, want: v1alpha1.RebootNone},
+		{name: "a turn an operator gave back does not reboot", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto},
+			status: v1alpha1.ClusterStatus{Turns: []v1alpha1.Turn{{Machine: "m1", PendingHash: hash, Phase: v1alpha1.TurnDrained, Since: metav1.NewTime(t0), ReleasedBy: "ops"}}},
+			want:   v1alpha1.RebootWaitingForTurn},
+		{name: "a turn wins over a block the machine's clock still sees", pending: reboot, cluster: v1alpha1.ClusterSpec{RebootPolicy: auto},
+			status: v1alpha1.ClusterStatus{Turns: turn(v1alpha1.TurnDraining, hash),
+				DrainBlocked: []v1alpha1.DrainBlock{{Machine: "m1", PendingHash: hash, RetryAt: metav1.NewTime(t0.Add(time.Minute))}}},
+			want: v1alpha1.RebootDraining},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := tt.st

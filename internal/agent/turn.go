@@ -30,15 +30,17 @@ func (a *Agent) policy(m *v1alpha1.Machine, c *v1alpha1.Cluster) v1alpha1.Reboot
 }
 
 // healthy is the health gate before a turn is given back: k3s healthy, the Node Ready,
-// every change applied, and no trial waiting to be committed.
+// no k3s restart pending and no trial waiting to be committed. A change that fails to
+// apply (a bad sysctl, say) is reported in the conditions but does not hold the turn: it
+// has nothing to do with the reboot, and holding the turn would stall the fleet.
 func (a *Agent) healthy(out *outcome) (bool, string) {
 	switch {
 	case out.k3sUnhealthy != "":
 		return false, "k3s is not healthy yet: " + out.k3sUnhealthy
 	case !out.nodeReady:
 		return false, "the Node is not Ready yet"
-	case len(out.failures) > 0 || a.st.K3sRestartPending:
-		return false, "the agent has not applied the current spec yet"
+	case a.st.K3sRestartPending:
+		return false, "k3s restarts for new configuration first"
 	case a.bootInfo != nil && a.bootInfo.Trial && !a.bootInfo.Committed:
 		return false, "the trial boot is not committed yet"
 	}
@@ -59,7 +61,7 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	}
 	var turn *v1alpha1.Turn
 	for i, t := range c.Status.Turns {
-		if t.Machine == a.cfg.Machine {
+		if t.Machine == a.cfg.Machine && t.ReleasedBy == "" { // one given back is not held
 			turn = &c.Status.Turns[i]
 		}
 	}
@@ -102,6 +104,13 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	if v := out.view; v != nil && v.status.State == v1alpha1.UpgradeDownloading {
 		return rebootView{state: v1alpha1.RebootWaitingForTurn, message: fmt.Sprintf("%s (%s); the new release is still being written into the inactive slot: the machine asks for a turn once it is verified", need, why)}
 	}
+	// A turn first: the coordinator's clock decided the retry, not this machine's.
+	if turn != nil && turn.PendingHash == hash {
+		if turn.Phase == v1alpha1.TurnDrained {
+			return rebootView{state: v1alpha1.RebootDraining, message: "drained: rebooting", mayReboot: true}
+		}
+		return rebootView{state: v1alpha1.RebootDraining, message: fmt.Sprintf("%s (%s); holds a disruption-budget turn since %s: the coordinator cordons the Node and evicts its pods", need, why, turn.Since.UTC().Format(time.RFC3339))}
+	}
 	for _, b := range c.Status.DrainBlocked {
 		if b.Machine == a.cfg.Machine && b.PendingHash == hash && a.cfg.Now().Before(b.RetryAt.Time) {
 			if a.queue != nil {
@@ -109,12 +118,6 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 			}
 			return rebootView{state: v1alpha1.RebootDrainBlocked, message: b.Message}
 		}
-	}
-	if turn != nil && turn.PendingHash == hash {
-		if turn.Phase == v1alpha1.TurnDrained {
-			return rebootView{state: v1alpha1.RebootDraining, message: "drained: rebooting", mayReboot: true}
-		}
-		return rebootView{state: v1alpha1.RebootDraining, message: fmt.Sprintf("%s (%s); holds a disruption-budget turn since %s: the coordinator cordons the Node and evicts its pods", need, why, turn.Since.UTC().Format(time.RFC3339))}
 	}
 	wait := "waiting for a disruption-budget turn"
 	for _, w := range c.Status.Waiting {

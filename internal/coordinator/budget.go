@@ -15,12 +15,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
+// Cordoned is Machine.Unavailable for a Node that is only cordoned (Ready, but
+// unschedulable).
+const Cordoned = "cordoned"
+
 // Machine is one machine as the coordinator sees it.
 type Machine struct {
 	Name   string
 	Server bool
-	// Unavailable says why the machine is unavailable now (its Node NotReady, cordoned by
-	// anyone, rebooting), or "" when it is available.
+	// Unavailable says why the machine is unavailable now (its Node NotReady or missing,
+	// or Cordoned by anyone), or "" when it is available.
 	Unavailable string
 	// HoldsTurn: the machine holds a turn (it counts as unavailable until it gives it back).
 	HoldsTurn bool
@@ -69,7 +73,9 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	for _, m := range machines {
 		if m.HoldsTurn || m.Unavailable != "" {
 			down = append(down, m.Name)
-			if m.Server {
+			// A cordon alone keeps a server's control plane running: it counts against
+			// the budget, not against the quorum.
+			if m.Server && (m.HoldsTurn || m.Unavailable != Cordoned) {
 				downServers = append(downServers, m.Name)
 			}
 		}
@@ -91,17 +97,23 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 		return a.Name < b.Name
 	})
 	for i, m := range waiting {
+		otherServers := without(downServers, m.Name)
 		switch {
-		case m.Coordinator && i > 0:
-			d.Wait[m.Name] = "the coordinator's own machine goes last: other machines wait for a turn"
+		case m.Server && len(otherServers) > 0:
+			// Checked first: a cordoned server still serves the control plane, so even an
+			// unavailable one waits while another server is down.
+			d.Wait[m.Name] = "one server at a time: " + strings.Join(otherServers, ", ") + " is unavailable"
 		case m.Unavailable != "":
 			// Already counted as unavailable: its reboot takes nothing more from the budget
-			// or the quorum.
+			// (the coordinator's own machine too: others could not go before it anyway).
 			d.Grant = append(d.Grant, m.Name)
+			if m.Server && m.Unavailable == Cordoned {
+				downServers = append(downServers, m.Name)
+			}
+		case m.Coordinator && i > 0:
+			d.Wait[m.Name] = "the coordinator's own machine goes last: other machines wait for a turn"
 		case len(down) >= budget:
 			d.Wait[m.Name] = fmt.Sprintf("the disruption budget allows %d unavailable at once, and %d are: %s", budget, len(down), strings.Join(down, ", "))
-		case m.Server && len(downServers) > 0:
-			d.Wait[m.Name] = "one server at a time: " + strings.Join(downServers, ", ") + " is unavailable"
 		default:
 			d.Grant = append(d.Grant, m.Name)
 			down = append(down, m.Name)
@@ -111,4 +123,14 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 		}
 	}
 	return d, nil
+}
+
+func without(list []string, name string) []string {
+	var out []string
+	for _, s := range list {
+		if s != name {
+			out = append(out, s)
+		}
+	}
+	return out
 }

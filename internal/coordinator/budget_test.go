@@ -72,6 +72,14 @@ func TestDecide(t *testing.T) {
 			[]string{"a1"}, map[string]string{"s1": "goes last"}},
 		{"the coordinator alone", []Machine{coord(server("s1", 0)), idle(agent("a1", 5))}, nil, []string{"s1"}, nil},
 		{"a single-server cluster", []Machine{server("s1", 0)}, nil, []string{"s1"}, nil},
+		{"an unavailable server waits while another server holds a turn", []Machine{holds(server("s1", 0)), down(server("s2", 1), "cordoned"), down(server("s3", 2), "NotReady")}, ptr(intstr.FromInt32(3)),
+			nil, map[string]string{"s2": "one server at a time: s1", "s3": "one server at a time: s1"}},
+		{"two unavailable servers: one goes", []Machine{down(server("s1", 1), "cordoned"), down(server("s2", 2), "cordoned"), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
+			[]string{"s1"}, map[string]string{"s2": "one server at a time: s1"}},
+		{"a cordoned server counts against the budget, not the quorum", []Machine{server("s1", 1), idle(down(server("s2", 0), "cordoned"))}, two,
+			[]string{"s1"}, nil},
+		{"a cordoned coordinator goes at once: nobody could go before it", []Machine{coord(down(agent("c1", 0), "cordoned")), agent("a1", 5)}, nil,
+			[]string{"c1"}, map[string]string{"a1": "are: c1"}},
 		{"nothing waits", []Machine{idle(agent("a1", 0))}, nil, nil, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

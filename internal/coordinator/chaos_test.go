@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"liken.dev/liken/api/v1alpha1"
@@ -153,14 +154,19 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 		cancel context.CancelFunc
 		done   chan struct{}
 	}
-	startCoord := func(name string) *proc {
-		if err := authority.InstallServers(t.Context(), f.admin, name); err != nil {
-			t.Fatal(err)
-		}
+	if err := authority.InstallServers(t.Context(), f.admin, "chaos-a", "chaos-b"); err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]*rest.Config{}
+	for _, name := range []string{"chaos-a", "chaos-b"} {
 		cfg, err := env.UserConfig(authority.User(name), authority.Group)
 		if err != nil {
 			t.Fatal(err)
 		}
+		creds[name] = cfg
+	}
+	startCoord := func(name string) *proc {
+		cfg := creds[name]
 		c, err := New(Config{Machine: name, REST: cfg, LeaseDuration: time.Second, RenewDeadline: 700 * time.Millisecond,
 			RetryPeriod: 100 * time.Millisecond, Resync: 100 * time.Millisecond, EvictRetry: 100 * time.Millisecond})
 		if err != nil {
@@ -182,7 +188,7 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 			defer close(p.done)
 			for ctx.Err() == nil {
 				a.step(ctx)
-				time.Sleep(30 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond)
 			}
 		}()
 		return p
@@ -198,7 +204,7 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 	finished := func() bool {
 		for _, a := range agents {
 			if a.reboots.Load() < 1 {
-				return false
+				return false // known without asking the API server
 			}
 		}
 		cl := f.cluster()
@@ -218,21 +224,21 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 		if time.Now().After(deadline) {
 			t.Fatalf("the rollout did not finish in 60s; reboots %v; the Cluster's status: %+v", rebootCounts(agents), f.cluster().Status)
 		}
-		time.Sleep(time.Duration(30+rng.IntN(150)) * time.Millisecond)
-		switch r := rng.IntN(10); {
-		case r < 3: // kill a coordinator at whatever step it is in, and restart it
+		time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
+		switch r := rng.IntN(20); {
+		case r < 5: // kill a coordinator at whatever step it is in, and restart it
 			name := []string{"chaos-a", "chaos-b"}[rng.IntN(2)]
 			coords[name].cancel()
 			<-coords[name].done
 			coords[name] = startCoord(name)
 			k.coord++
-		case r < 6: // kill an agent, restart it
+		case r < 10: // kill an agent, restart it
 			name := f.names[rng.IntN(len(f.names))]
 			agentProcs[name].cancel()
 			<-agentProcs[name].done
 			agentProcs[name] = startAgent(agents[name])
 			k.agent++
-		case r < 7: // steal the Lease: another holder writes it
+		case r < 11: // steal the Lease: another holder writes it
 			if stealLease(t, f) {
 				k.steal++
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -64,14 +65,17 @@ func drainNode(ctx context.Context, kc kubernetes.Interface, node string, policy
 	}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	h.Ctx = dctx
-	n, err := kc.CoreV1().Nodes().Get(dctx, node, metav1.GetOptions{})
+	// The cordon is not bounded by the deadline: a drain resumed after it (a new leader)
+	// still cordons, then goes straight to the outcome below.
+	h.Ctx = ctx
+	n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return drainOutcome{}, fmt.Errorf("reading Node %s: %w", node, err)
 	}
 	if err := drain.RunCordonOrUncordon(h, n, true); err != nil {
 		return drainOutcome{}, fmt.Errorf("cordoning %s: %w", node, err)
 	}
+	h.Ctx = dctx
 	for {
 		h.Timeout = time.Until(deadline)
 		if h.Timeout <= 0 {
@@ -111,7 +115,7 @@ func drainNode(ctx context.Context, kc kubernetes.Interface, node string, policy
 		var forced []string
 		for _, p := range left {
 			grace := int64(0)
-			if err := kc.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+			if err := kc.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil && !apierrors.IsNotFound(err) {
 				return drainOutcome{}, fmt.Errorf("deleting pod %s/%s (drain.force): %w", p.Namespace, p.Name, err)
 			}
 			forced = append(forced, p.Namespace+"/"+p.Name)

@@ -96,7 +96,7 @@ func unavailable(n *corev1.Node) string {
 	case !ready:
 		return "NotReady"
 	case n.Spec.Unschedulable:
-		return "cordoned"
+		return Cordoned
 	}
 	return ""
 }
@@ -206,7 +206,8 @@ func MakePlan(f Fleet) (Plan, error) {
 		n := f.Nodes[name]
 		turns = append(turns, v1alpha1.Turn{
 			Machine: name, Since: now, PendingHash: m.Status.PendingHash, Phase: v1alpha1.TurnDraining,
-			CordonedBefore: n != nil && n.Spec.Unschedulable,
+			// Not liken's own cordon of a turn ending in this same plan.
+			CordonedBefore: n != nil && n.Spec.Unschedulable && !uncordoning[name],
 		})
 		p.Granted = append(p.Granted, name)
 	}

@@ -68,6 +68,7 @@ type Coordinator struct {
 	machines, clusters, nodes cache.Store
 	poke                      chan struct{}
 
+	leadMu sync.Mutex
 	mu     sync.Mutex
 	drains map[string]*drainRun // machine → its drain under way
 	// finished are the turns whose drain this leader ended: a cache that has not seen the
@@ -78,6 +79,7 @@ type Coordinator struct {
 type drainRun struct {
 	key    turnKey
 	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // turnKey names one turn: a machine's next turn has another since or pending set.
@@ -156,6 +158,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 // lead watches the fleet and plans on every change and every Resync, until ctx ends
 // (leadership lost): then every drain under way stops.
 func (c *Coordinator) lead(ctx context.Context) {
+	// client-go may campaign again before the last term's callback has returned: terms
+	// never overlap.
+	c.leadMu.Lock()
+	defer c.leadMu.Unlock()
 	defer c.stopDrains()
 	c.cfg.Metrics.Leader.Set(1)
 	defer c.cfg.Metrics.Leader.Set(0)
@@ -340,26 +346,39 @@ func (c *Coordinator) startDrains(ctx context.Context, cl *v1alpha1.Cluster) {
 			continue
 		}
 		dctx, cancel := context.WithCancel(ctx)
-		c.drains[t.Machine] = &drainRun{key: keyOf(t), cancel: cancel}
-		go c.drain(dctx, t, cl.Spec.Drain)
+		d := &drainRun{key: keyOf(t), cancel: cancel, done: make(chan struct{})}
+		c.drains[t.Machine] = d
+		go func() { defer close(d.done); c.drain(dctx, t, cl.Spec.Drain) }()
 	}
 }
 
+// stopDrain stops the machine's drain and waits until it has stopped, so no cordon of
+// it lands after the uncordon that follows.
 func (c *Coordinator) stopDrain(machine string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := c.drains[machine]; d != nil {
+	d := c.drains[machine]
+	if d != nil {
 		d.cancel()
 		delete(c.drains, machine)
 	}
+	c.mu.Unlock()
+	if d != nil {
+		<-d.done
+	}
 }
 
+// stopDrains stops every drain and waits for them: a leader's drains end with its term.
 func (c *Coordinator) stopDrains() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var all []*drainRun
 	for m, d := range c.drains {
 		d.cancel()
 		delete(c.drains, m)
+		all = append(all, d)
+	}
+	c.mu.Unlock()
+	for _, d := range all {
+		<-d.done
 	}
 }
 
@@ -382,6 +401,20 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		c.kick()
 	}()
 	log := c.log.With("machine", t.Machine)
+	// The caches may lag: cordon only for a turn the API still holds.
+	if cl, err := c.liken.Cluster(ctx); err != nil {
+		if ctx.Err() == nil {
+			log.Error("reading the Cluster before draining; trying again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.cfg.EvictRetry):
+			}
+		}
+		return
+	} else if !hasTurn(cl, t) {
+		recorded = true
+		return
+	}
 	deadline := t.Since.Add(drainTimeout(policy))
 	log.Info("draining", "deadline", deadline)
 	start := c.cfg.Now()
@@ -396,7 +429,7 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		}
 		return
 	}
-	err = c.updateTurn(ctx, t, func(st *v1alpha1.ClusterStatus, i int) error {
+	gone, err := c.updateTurn(ctx, t, func(st *v1alpha1.ClusterStatus, i int) error {
 		if out.drained {
 			st.Turns[i].Phase = v1alpha1.TurnDrained
 			return nil
@@ -426,6 +459,14 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 	})
 	recorded = err == nil
 	switch {
+	case err == nil && gone:
+		// Taken back while draining: the release may have uncordoned before this drain's
+		// cordon landed.
+		if !t.CordonedBefore {
+			if err := c.cordon(ctx, t.Machine, false); err != nil {
+				log.Error("uncordoning after the turn was taken back", "err", err)
+			}
+		}
 	case err != nil:
 		if ctx.Err() == nil {
 			log.Error("recording the drain", "err", err)
@@ -448,31 +489,39 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 // updateTurn changes the turn t in a fresh read of the Cluster and writes it, as long as
 // the turn is still there as given (same machine, pending set and phase); on a conflict
 // it reads and tries again.
-func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, change func(st *v1alpha1.ClusterStatus, i int) error) error {
+func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, change func(st *v1alpha1.ClusterStatus, i int) error) (gone bool, err error) {
 	for {
 		cl, err := c.liken.Cluster(ctx)
 		if err != nil {
-			return fmt.Errorf("reading the Cluster: %w", err)
+			return false, fmt.Errorf("reading the Cluster: %w", err)
 		}
-		i := -1
-		for j, cur := range cl.Status.Turns {
-			if cur.Machine == t.Machine && cur.PendingHash == t.PendingHash && cur.Phase == t.Phase && cur.Since.Equal(&t.Since) {
-				i = j
-			}
-		}
+		i := turnIndex(cl, t)
 		if i < 0 {
-			return nil // taken back meanwhile
+			return true, nil // taken back meanwhile
 		}
 		next := cl.DeepCopy()
 		if err := change(&next.Status, i); err != nil {
-			return err
+			return false, err
 		}
 		_, err = c.liken.UpdateClusterStatus(ctx, next)
 		if !apierrors.IsConflict(err) {
 			if err != nil {
-				return fmt.Errorf("writing the Cluster's status: %w", err)
+				return false, fmt.Errorf("writing the Cluster's status: %w", err)
 			}
-			return nil
+			return false, nil
 		}
 	}
 }
+
+// turnIndex is where the turn t is, as given (machine, pending set, phase, since), in the
+// Cluster's status, or -1.
+func turnIndex(cl *v1alpha1.Cluster, t v1alpha1.Turn) int {
+	for j, cur := range cl.Status.Turns {
+		if cur.Machine == t.Machine && cur.PendingHash == t.PendingHash && cur.Phase == t.Phase && cur.Since.Equal(&t.Since) && cur.ReleasedBy == "" {
+			return j
+		}
+	}
+	return -1
+}
+
+func hasTurn(cl *v1alpha1.Cluster, t v1alpha1.Turn) bool { return turnIndex(cl, t) >= 0 }
