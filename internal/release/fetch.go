@@ -48,6 +48,10 @@ type Fetcher struct {
 	// the other, within about N/MinRate plus a window for each attempt.
 	MinRate    int64
 	RateWindow time.Duration
+	// Deadline bounds one file's download, every attempt and pause included, so retries
+	// of a server just fast enough each time still end. Zero: a minute plus twice the time
+	// the file's size (or, for a document, its limit) takes at MinRate.
+	Deadline time.Duration
 	// Progress, when set, is called as bytes arrive (at most every BufferSize bytes).
 	Progress func(Progress)
 	// Retrying, when set, is called before each new attempt after a failure that may pass:
@@ -164,6 +168,16 @@ func (f *Fetcher) Release(ctx context.Context, channel, version, pin string, tar
 	return doc, nil
 }
 
+var errDeadline = errors.New("the overall deadline passed")
+
+// limitOf is the size bound of a sink that has one (documents), else 0.
+func limitOf(s Sink) int64 {
+	if b, ok := s.(*bufferSink); ok {
+		return b.b.limit
+	}
+	return 0
+}
+
 // permanent marks failures that another attempt cannot fix.
 type permanent struct{ error }
 
@@ -171,11 +185,23 @@ func (p permanent) Unwrap() error { return p.error }
 
 // download streams rel into sink, resuming with HTTP ranges after a cut. size is the exact
 // size expected (-1: unknown, read to the end). h, when set, hashes every byte written.
-func (f *Fetcher) download(ctx context.Context, channel, rel string, size int64, sink Sink, h hash.Hash) error {
+func (f *Fetcher) download(ctx context.Context, channel, rel string, size int64, sink Sink, h hash.Hash) (err error) {
 	u, err := fileURL(channel, rel)
 	if err != nil {
 		return permanent{err}
 	}
+	deadline := f.Deadline
+	if deadline == 0 {
+		deadline = time.Minute + 2*time.Duration(max(size, limitOf(sink))/max(f.MinRate, 1))*time.Second
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, deadline, errDeadline)
+	defer cancel()
+	defer func() {
+		// Said as what happened: the overall deadline, not "context deadline exceeded".
+		if errors.Is(context.Cause(ctx), errDeadline) && err != nil {
+			err = permanent{fmt.Errorf("fetching %s: gave up after %s, the overall deadline for it: the server is too slow, or keeps failing (%v)", rel, deadline, err)}
+		}
+	}()
 	var done int64
 	backoff := f.Backoff
 	var last error

@@ -401,3 +401,35 @@ func TestGivingUpSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// TestOverallDeadline: a server fast enough never to fall under the minimum rate still
+// cannot hold a download for ever: the file's overall deadline ends it, attempts and
+// pauses included, and the error says so.
+func TestOverallDeadline(t *testing.T) {
+	dir, pin := testRelease(t, nil)
+	srv := newServer(t, dir)
+	srv.inject("vmlinuz", &fault{trickle: true}) // 20 bytes a second, for ever
+	f := fetcher()
+	f.Retries, f.MinRate, f.RateWindow, f.Deadline = 3, 5, 200*time.Millisecond, time.Second
+	start := time.Now()
+	err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir())
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "gave up after 1s, the overall deadline") || strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Fatalf("err = %v; want it to name the overall deadline", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("gave up after %s; the deadline is 1s", took)
+	}
+	t.Logf("given up after %s: %v", took.Round(time.Millisecond), err)
+}
+
+// TestDefaultDeadline: without one set, the deadline follows the size at the minimum rate.
+func TestDefaultDeadline(t *testing.T) {
+	dir, pin := testRelease(t, nil)
+	srv := newServer(t, dir)
+	f := fetcher()
+	f.MinRate = 1 << 20
+	if err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir()); err != nil {
+		t.Fatalf("a healthy download under the default deadline failed: %v", err)
+	}
+}
