@@ -162,46 +162,14 @@ func Install(ctx context.Context, kube kubernetes.Interface, machines ...string)
 		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 	}
 	roles, bindings := SharedRBAC()
-	for _, r := range roles {
-		if err := upsert(ctx, r.Name, func() error {
-			_, err := kube.RbacV1().Roles(r.Namespace).Create(ctx, r, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := kube.RbacV1().Roles(r.Namespace).Update(ctx, r, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	for _, b := range bindings {
-		if err := upsert(ctx, b.Name, func() error {
-			_, err := kube.RbacV1().RoleBindings(b.Namespace).Create(ctx, b, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := kube.RbacV1().RoleBindings(b.Namespace).Update(ctx, b, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
+	for i := range roles {
+		if err := applyRole(ctx, kube, roles[i], bindings[i]); err != nil {
 			return err
 		}
 	}
 	for _, m := range machines {
 		role, binding := MachineRBAC(m)
-		if err := upsert(ctx, role.Name, func() error {
-			_, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := upsert(ctx, binding.Name, func() error {
-			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := kube.RbacV1().ClusterRoleBindings().Update(ctx, binding, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
+		if err := applyClusterRole(ctx, kube, role, binding); err != nil {
 			return err
 		}
 	}
@@ -212,46 +180,56 @@ func Install(ctx context.Context, kube kubernetes.Interface, machines ...string)
 // machine to them (Install makes the machines' own RBAC and the namespace first).
 func InstallServers(ctx context.Context, kube kubernetes.Interface, servers ...string) error {
 	role, lease := CoordinatorRBAC()
-	if err := upsert(ctx, role.Name, func() error {
-		_, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
-		return err
-	}, func() error {
-		_, err := kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		return err
-	}
-	if err := upsert(ctx, lease.Name, func() error {
-		_, err := kube.RbacV1().Roles(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{})
-		return err
-	}, func() error {
-		_, err := kube.RbacV1().Roles(lease.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		return err
-	}
 	for _, m := range servers {
 		crb, rb := ServerRBAC(m)
-		if err := upsert(ctx, crb.Name, func() error {
-			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := kube.RbacV1().ClusterRoleBindings().Update(ctx, crb, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
+		if err := applyClusterRole(ctx, kube, role, crb); err != nil {
 			return err
 		}
-		if err := upsert(ctx, rb.Name, func() error {
-			_, err := kube.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := kube.RbacV1().RoleBindings(rb.Namespace).Update(ctx, rb, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
+		if err := applyRole(ctx, kube, lease, rb); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// applyRole creates or updates a namespaced Role and its binding.
+func applyRole(ctx context.Context, kube kubernetes.Interface, r *rbacv1.Role, b *rbacv1.RoleBinding) error {
+	if err := upsert(ctx, r.Name, func() error {
+		_, err := kube.RbacV1().Roles(r.Namespace).Create(ctx, r, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := kube.RbacV1().Roles(r.Namespace).Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return upsert(ctx, b.Name, func() error {
+		_, err := kube.RbacV1().RoleBindings(b.Namespace).Create(ctx, b, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := kube.RbacV1().RoleBindings(b.Namespace).Update(ctx, b, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// applyClusterRole creates or updates a ClusterRole and its binding.
+func applyClusterRole(ctx context.Context, kube kubernetes.Interface, r *rbacv1.ClusterRole, b *rbacv1.ClusterRoleBinding) error {
+	if err := upsert(ctx, r.Name, func() error {
+		_, err := kube.RbacV1().ClusterRoles().Create(ctx, r, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := kube.RbacV1().ClusterRoles().Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return upsert(ctx, b.Name, func() error {
+		_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := kube.RbacV1().ClusterRoleBindings().Update(ctx, b, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // upsert creates an object, or updates it when it exists. RBAC objects need no
