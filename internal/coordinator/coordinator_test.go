@@ -123,9 +123,12 @@ func newFleet(t testing.TB, spec func(*v1alpha1.ClusterSpec), machines map[strin
 	return f
 }
 
+// apiAway retries for up to about a minute: long enough for the API server to come back.
+var apiAway = wait.Backoff{Steps: 120, Duration: 500 * time.Millisecond}
+
 func (f *fleetFixture) setReady(node string, ready bool) {
 	f.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.OnError(apiAway, func(error) bool { return true }, func() error {
 		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -216,8 +219,11 @@ type fakeAgent struct {
 	name         string
 	downFor      time.Duration
 	neverReturns bool
-	reboots      atomic.Int32
-	set          atomic.Int32 // pending sets asked for so far
+	// verifyFor keeps it Verifying that long after it is back; verified is when that ends.
+	verifyFor time.Duration
+	verified  atomic.Int64
+	reboots   atomic.Int32
+	set       atomic.Int32 // pending sets asked for so far
 }
 
 // ask makes the machine wait for a turn with a new pending set.
@@ -233,7 +239,8 @@ func (a *fakeAgent) ask() {
 }
 
 func (a *fakeAgent) writeStatus(change func(*v1alpha1.MachineStatus)) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// As an agent does, it tries again while the API server is away.
+	err := retry.OnError(apiAway, func(error) bool { return true }, func() error {
 		m, err := a.f.liken.Machine(context.Background(), a.name)
 		if err != nil {
 			return err
@@ -286,6 +293,14 @@ func (a *fakeAgent) run(ctx context.Context) {
 			}
 			time.Sleep(a.downFor)
 			a.f.setReady(a.name, true)
+			if a.verifyFor > 0 {
+				// Back, its Node Ready, but not healthy yet (k3s, the trial): it keeps its turn.
+				a.writeStatus(func(s *v1alpha1.MachineStatus) {
+					s.Reboot.State, s.PendingHash, s.PendingCount = v1alpha1.RebootVerifying, "", 0
+				})
+				a.verified.Store(time.Now().Add(a.verifyFor).UnixNano())
+				time.Sleep(a.verifyFor)
+			}
 			a.writeStatus(func(s *v1alpha1.MachineStatus) {
 				s.Reboot.State, s.PendingHash, s.PendingCount = v1alpha1.RebootNone, "", 0
 			})
@@ -757,4 +772,103 @@ func TestMaintenanceWindow(t *testing.T) {
 	}
 	agents["win2"].ask()
 	f.waitFor("win2 rebooted inside the open window", 30*time.Second, func() bool { return agents["win2"].reboots.Load() == 1 })
+}
+
+// TestHealthGate (scenario 7): a machine back from its reboot, its Node Ready but not yet
+// healthy (it says Verifying), keeps its turn: the next machine waits until it is healthy.
+func TestHealthGate(t *testing.T) {
+	f := newFleet(t, nil, machines("gate", 2, v1alpha1.RoleAgent))
+	seen := f.watchTurns()
+	// When each machine's turn was first seen in a stored status.
+	w, err := f.liken.ClusterListWatch().Watch(metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	first := map[string]time.Time{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if cl, ok := ev.Object.(*v1alpha1.Cluster); ok {
+				mu.Lock()
+				for _, tu := range cl.Status.Turns {
+					if _, ok := first[tu.Machine]; !ok {
+						first[tu.Machine] = time.Now()
+					}
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	seenAt := func(m string) time.Time { mu.Lock(); defer mu.Unlock(); return first[m] }
+	agents := f.agents(100*time.Millisecond, f.names...)
+	agents["gate1"].verifyFor = 2 * time.Second
+	f.coordinator("srv-i", true)
+	agents["gate1"].ask()
+	f.waitFor("gate1 verifying", 30*time.Second, func() bool { return agents["gate1"].verified.Load() != 0 })
+	agents["gate2"].ask()
+	f.waitFor("both rebooted", 30*time.Second, func() bool {
+		return agents["gate2"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	healthyAt := time.Unix(0, agents["gate1"].verified.Load())
+	// From the stored statuses, in order: gate1's turn ended before gate2's began, and
+	// gate2's began only once gate1 said it was healthy.
+	order := []string{}
+	for _, holders := range seen() {
+		if len(holders) > 1 {
+			t.Errorf("turns held at once: %v", holders)
+		}
+		if len(holders) == 1 && (len(order) == 0 || order[len(order)-1] != holders[0]) {
+			order = append(order, holders[0])
+		}
+	}
+	if len(order) != 2 || order[0] != "gate1" || order[1] != "gate2" {
+		t.Errorf("turns went to %v; want gate1, then gate2", order)
+	}
+	if grantedAt := seenAt("gate2"); grantedAt.Before(healthyAt) {
+		t.Errorf("gate2's turn was seen at %s, before gate1 was healthy at %s", grantedAt.Format(time.StampMilli), healthyAt.Format(time.StampMilli))
+	}
+}
+
+// TestAPIServerAwayDuringRollout (scenario 12): kube-apiserver goes away in the middle of a
+// rollout and comes back; nothing is granted twice or beyond the budget, and the rollout
+// finishes with no Node left cordoned.
+func TestAPIServerAwayDuringRollout(t *testing.T) {
+	f := newFleet(t, nil, machines("away", 3, v1alpha1.RoleAgent))
+	seen := f.watchTurns()
+	agents := f.agents(300*time.Millisecond, f.names...)
+	f.coordinator("srv-j", true)
+	for _, a := range agents {
+		a.ask()
+	}
+	f.waitFor("the first turn", 30*time.Second, func() bool { return len(f.cluster().Status.Turns) == 1 })
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := env.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	seen = f.watchTurns() // the first watch ended with the API server
+	f.waitFor("every machine rebooted", 90*time.Second, func() bool {
+		for _, a := range agents {
+			if a.reboots.Load() < 1 {
+				return false
+			}
+		}
+		return len(f.cluster().Status.Turns) == 0
+	})
+	for _, holders := range seen() {
+		if len(holders) > 1 {
+			t.Errorf("turns held at once after the API server came back: %v", holders)
+		}
+	}
+	for _, a := range agents {
+		if n := a.reboots.Load(); n != 1 {
+			t.Errorf("%s rebooted %d times", a.name, n)
+		}
+		if f.node(a.name).Spec.Unschedulable {
+			t.Errorf("%s is left cordoned", a.name)
+		}
+	}
 }
