@@ -491,3 +491,58 @@ func TestReleaseTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLayerStrictKinds: liken layer takes from the Cluster file exactly one liken.dev
+// Cluster, and from the Machines directory only liken.dev Machines, with the words install
+// and init use for a layer that does not.
+func TestLayerStrictKinds(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(examples, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	cluster, agent := read("cluster.yaml"), read("agent-1.yaml")
+	for _, tc := range []struct {
+		name, cluster string
+		extra         map[string]string // more files in the Machines directory
+		want          string
+	}{
+		{"a Machine after the Cluster", cluster + "\n---\n" + agent, nil, "cluster.yaml holds 2 documents; it must hold exactly one Cluster"},
+		{"a Machine as the Cluster", agent, nil, `cluster.yaml is a liken.dev/v1alpha1 "Machine", not a liken.dev/v1alpha1 "Cluster"`},
+		{"an empty Cluster file", "", nil, "cluster.yaml holds 0 documents; it must hold exactly one Cluster"},
+		{"a Cluster among the Machines", cluster, map[string]string{"stray.yaml": cluster}, "a second Cluster"},
+		{"another group's Machine", cluster, map[string]string{"other.yaml": "apiVersion: example.com/v1\nkind: Machine\nmetadata:\n  name: x1\nspec:\n  role: agent\n"},
+			"a layer holds only liken.dev/v1alpha1 Cluster and Machine objects, not example.com/v1 Machine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			machines := filepath.Join(dir, "machines")
+			if err := os.MkdirAll(machines, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"agent-1.yaml", "server-1.yaml"} {
+				if err := os.WriteFile(filepath.Join(machines, n), []byte(read(n)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for n, body := range tc.extra {
+				if err := os.WriteFile(filepath.Join(machines, n), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cf := filepath.Join(dir, "cluster.yaml")
+			if err := os.WriteFile(cf, []byte(tc.cluster), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, _, errOut := run(t, "layer", "--cluster", cf, "--machines", machines, "--out", filepath.Join(dir, "out"))
+			if code != exitFailed || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d: %s; want it to say %q", code, errOut, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "out", "server.layer")); err == nil {
+				t.Error("a layer was written anyway")
+			}
+		})
+	}
+}

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/identity"
+	"liken.dev/liken/internal/layer"
 )
 
 // builtLayer is one layer in layer's result, as -o prints it.
@@ -61,6 +63,21 @@ layers built again still join the same cluster. Keep it safe: it holds the CA ke
 			}
 			docs, err := loadAll(cmd.InOrStdin(), cluster, machines)
 			if err != nil {
+				return err
+			}
+			// The Cluster file holds the Cluster and nothing else: a Machine or a second
+			// document there would otherwise be taken (or lost) without a word.
+			var inCluster []layer.TypeMeta
+			src := cluster
+			if src == "-" {
+				src = "(stdin)" // as readManifests names it
+			}
+			for _, d := range docs {
+				if d.Source == src || strings.HasPrefix(d.Source, src+"#") {
+					inCluster = append(inCluster, layer.TypeMeta{APIVersion: d.Object.GetAPIVersion(), Kind: d.Object.GetKind()})
+				}
+			}
+			if err := layer.CheckOne(cluster, "Cluster", inCluster); err != nil {
 				return err
 			}
 			if err := os.MkdirAll(out, 0o700); err != nil {

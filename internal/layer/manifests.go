@@ -49,21 +49,38 @@ func decodeOne(name string, b []byte, kind string, into any) error {
 			docs = append(docs, d)
 		}
 	}
-	if len(docs) != 1 {
-		return fmt.Errorf("the layer's %s holds %d documents; it must hold exactly one %s", name, len(docs), kind)
+	var found []TypeMeta
+	for _, d := range docs {
+		var tm TypeMeta
+		if err := yaml.Unmarshal(d, &tm); err != nil {
+			return fmt.Errorf("the layer's %s: %w", name, err)
+		}
+		found = append(found, tm)
 	}
-	var tm struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
-	if err := yaml.Unmarshal(docs[0], &tm); err != nil {
-		return fmt.Errorf("the layer's %s: %w", name, err)
-	}
-	if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != kind {
-		return fmt.Errorf("the layer's %s is a %s %q, not a %s %q", name, orNone(tm.APIVersion), tm.Kind, v1alpha1.GroupVersion.String(), kind)
+	if err := CheckOne("the layer's "+name, kind, found); err != nil {
+		return err
 	}
 	if err := yaml.UnmarshalStrict(docs[0], into); err != nil {
 		return fmt.Errorf("the layer's %s: %w", name, err)
+	}
+	return nil
+}
+
+// TypeMeta is a document's apiVersion and kind.
+type TypeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// CheckOne checks that what (a file, named as the message should name it) holds exactly
+// one document, a liken.dev/v1alpha1 object of kind: liken layer, install and init all
+// refuse a file that does not with these words.
+func CheckOne(what, kind string, docs []TypeMeta) error {
+	if len(docs) != 1 {
+		return fmt.Errorf("%s holds %d documents; it must hold exactly one %s", what, len(docs), kind)
+	}
+	if tm := docs[0]; tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != kind {
+		return fmt.Errorf("%s is a %s %q, not a %s %q", what, orNone(tm.APIVersion), tm.Kind, v1alpha1.GroupVersion.String(), kind)
 	}
 	return nil
 }
