@@ -69,8 +69,11 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	if err != nil {
 		return d, err
 	}
-	var down, downServers []string
+	var down, downServers, turnServers []string
 	for _, m := range machines {
+		if m.Server && m.HoldsTurn {
+			turnServers = append(turnServers, m.Name)
+		}
 		if m.HoldsTurn || m.Unavailable != "" {
 			down = append(down, m.Name)
 			// A cordon alone keeps a server's control plane running: it counts against
@@ -98,6 +101,12 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	})
 	for i, m := range waiting {
 		otherServers := without(downServers, m.Name)
+		if m.Server && m.Unavailable != "" && m.Unavailable != Cordoned {
+			// A server that is down already takes nothing more from the quorum; only other
+			// servers' turns hold it back, so two down servers do not wait on each other
+			// for ever, and still go one at a time.
+			otherServers = without(turnServers, m.Name)
+		}
 		switch {
 		case m.Server && len(otherServers) > 0:
 			// Checked first: a cordoned server still serves the control plane, so even an
@@ -107,8 +116,11 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			// Already counted as unavailable: its reboot takes nothing more from the budget
 			// (the coordinator's own machine too: others could not go before it anyway).
 			d.Grant = append(d.Grant, m.Name)
-			if m.Server && m.Unavailable == Cordoned {
-				downServers = append(downServers, m.Name)
+			if m.Server {
+				turnServers = append(turnServers, m.Name)
+				if m.Unavailable == Cordoned {
+					downServers = append(downServers, m.Name)
+				}
 			}
 		case m.Coordinator && i > 0:
 			d.Wait[m.Name] = "the coordinator's own machine goes last: other machines wait for a turn"
@@ -119,6 +131,7 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			down = append(down, m.Name)
 			if m.Server {
 				downServers = append(downServers, m.Name)
+				turnServers = append(turnServers, m.Name)
 			}
 		}
 	}

@@ -72,6 +72,8 @@ func TestDecide(t *testing.T) {
 			[]string{"a1"}, map[string]string{"s1": "goes last"}},
 		{"the coordinator alone", []Machine{coord(server("s1", 0)), idle(agent("a1", 5))}, nil, []string{"s1"}, nil},
 		{"a single-server cluster", []Machine{server("s1", 0)}, nil, []string{"s1"}, nil},
+		{"two NotReady servers: one goes, not neither", []Machine{down(server("s1", 1), "NotReady"), down(server("s2", 2), "NotReady"), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
+			[]string{"s1"}, map[string]string{"s2": "one server at a time: s1"}},
 		{"an unavailable server waits while another server holds a turn", []Machine{holds(server("s1", 0)), down(server("s2", 1), "cordoned"), down(server("s3", 2), "NotReady")}, ptr(intstr.FromInt32(3)),
 			nil, map[string]string{"s2": "one server at a time: s1", "s3": "one server at a time: s1"}},
 		{"two unavailable servers: one goes", []Machine{down(server("s1", 1), "cordoned"), down(server("s2", 2), "cordoned"), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),

@@ -152,6 +152,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 		le.Run(ctx) // returns when leadership is lost; campaign again
 	}
+	// client-go may return before the last term's callback has: wait until its drains
+	// have stopped, so nothing of it outlives Run.
+	c.leadMu.Lock()
+	c.leadMu.Unlock() //nolint:staticcheck // an empty critical section: waiting is the point
 	return nil
 }
 
@@ -461,8 +465,9 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 	switch {
 	case err == nil && gone:
 		// Taken back while draining: the release may have uncordoned before this drain's
-		// cordon landed.
-		if !t.CordonedBefore {
+		// cordon landed. Not when the machine holds another turn already (another leader,
+		// for a moment, gave it one): that turn's drain cordoned it.
+		if !t.CordonedBefore && !c.holdsAnyTurn(ctx, t.Machine) {
 			if err := c.cordon(ctx, t.Machine, false); err != nil {
 				log.Error("uncordoning after the turn was taken back", "err", err)
 			}
@@ -525,3 +530,18 @@ func turnIndex(cl *v1alpha1.Cluster, t v1alpha1.Turn) int {
 }
 
 func hasTurn(cl *v1alpha1.Cluster, t v1alpha1.Turn) bool { return turnIndex(cl, t) >= 0 }
+
+// holdsAnyTurn reads the Cluster afresh: does machine hold a turn (true too when the
+// read fails, so nothing is uncordoned on a guess)?
+func (c *Coordinator) holdsAnyTurn(ctx context.Context, machine string) bool {
+	cl, err := c.liken.Cluster(ctx)
+	if err != nil {
+		return true
+	}
+	for _, t := range cl.Status.Turns {
+		if t.Machine == machine {
+			return true
+		}
+	}
+	return false
+}

@@ -170,6 +170,20 @@ func (f *Fetcher) Release(ctx context.Context, channel, version, pin string, tar
 
 var errDeadline = errors.New("the overall deadline passed")
 
+// deadlineFor is the overall deadline of a file of (at most) size bytes: Deadline when
+// set, else a minute plus twice the time size takes at MinRate, plus what every attempt
+// may take to fail and the pauses between them, so a short outage never ends a small
+// file's download before its retries have had their chance.
+func (f *Fetcher) deadlineFor(size int64) time.Duration {
+	if f.Deadline != 0 {
+		return f.Deadline
+	}
+	transfer := 2 * time.Duration(size/max(f.MinRate, 1)) * time.Second
+	attempts := time.Duration(f.Retries+1) * max(f.StallTimeout, f.RateWindow)
+	pauses := f.Backoff * time.Duration(1<<min(f.Retries, 20)-1)
+	return time.Minute + transfer + attempts + pauses
+}
+
 // limitOf is the size bound of a sink that has one (documents), else 0.
 func limitOf(s Sink) int64 {
 	if b, ok := s.(*bufferSink); ok {
@@ -190,10 +204,7 @@ func (f *Fetcher) download(ctx context.Context, channel, rel string, size int64,
 	if err != nil {
 		return permanent{err}
 	}
-	deadline := f.Deadline
-	if deadline == 0 {
-		deadline = time.Minute + 2*time.Duration(max(size, limitOf(sink))/max(f.MinRate, 1))*time.Second
-	}
+	deadline := f.deadlineFor(max(size, limitOf(sink)))
 	ctx, cancel := context.WithTimeoutCause(ctx, deadline, errDeadline)
 	defer cancel()
 	defer func() {
@@ -209,6 +220,9 @@ func (f *Fetcher) download(ctx context.Context, channel, rel string, size int64,
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
+				if errors.Is(context.Cause(ctx), errDeadline) {
+					return last // the deferred rewrite names the deadline, with the real failure
+				}
 				return ctx.Err()
 			case <-time.After(backoff):
 			}

@@ -423,13 +423,40 @@ func TestOverallDeadline(t *testing.T) {
 	t.Logf("given up after %s: %v", took.Round(time.Millisecond), err)
 }
 
-// TestDefaultDeadline: without one set, the deadline follows the size at the minimum rate.
+// TestDefaultDeadline: without one set, the deadline follows the size at the minimum rate
+// and leaves every retry its time.
 func TestDefaultDeadline(t *testing.T) {
+	f := &Fetcher{}
+	f.defaults() // 16 KiB/s over 30 s, a 30 s stall timeout, 5 retries from 500 ms
+	for _, tc := range []struct {
+		size int64
+		want time.Duration
+	}{
+		// a minute + 2 × size/MinRate + 6 attempts × 30 s + 15.5 s of pauses
+		{0, time.Minute + 180*time.Second + 15500*time.Millisecond},
+		{1 << 20, time.Minute + 128*time.Second + 180*time.Second + 15500*time.Millisecond},
+		{47185920, time.Minute + 5760*time.Second + 180*time.Second + 15500*time.Millisecond},
+	} {
+		if got := f.deadlineFor(tc.size); got != tc.want {
+			t.Errorf("deadline for %d bytes = %s; want %s", tc.size, got, tc.want)
+		}
+	}
+	f.Deadline = time.Second
+	if got := f.deadlineFor(1 << 30); got != time.Second {
+		t.Errorf("a set Deadline is not used: %s", got)
+	}
+}
+
+// TestDeadlineDuringAPause: the deadline passing between attempts is said as the deadline,
+// with the last attempt's failure, not as a bare context error.
+func TestDeadlineDuringAPause(t *testing.T) {
 	dir, pin := testRelease(t, nil)
 	srv := newServer(t, dir)
+	srv.inject("vmlinuz", &fault{status: http.StatusServiceUnavailable})
 	f := fetcher()
-	f.MinRate = 1 << 20
-	if err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir()); err != nil {
-		t.Fatalf("a healthy download under the default deadline failed: %v", err)
+	f.Retries, f.Backoff, f.Deadline = 3, 2*time.Second, time.Second
+	err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "gave up after 1s, the overall deadline") || !strings.Contains(err.Error(), "503") || strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Fatalf("err = %v; want the deadline named with the last failure (503)", err)
 	}
 }
