@@ -19,16 +19,6 @@ type rebootView struct {
 	mayReboot bool
 }
 
-func (a *Agent) policy(m *v1alpha1.Machine, c *v1alpha1.Cluster) v1alpha1.RebootPolicy {
-	if m.Spec.RebootPolicy != nil {
-		return *m.Spec.RebootPolicy
-	}
-	if c.Spec.RebootPolicy != "" {
-		return c.Spec.RebootPolicy
-	}
-	return v1alpha1.RebootManual
-}
-
 // healthy is the health gate before a turn is given back: k3s healthy, the Node Ready,
 // no k3s restart pending and no trial waiting to be committed. A change that fails to
 // apply (a bad sysctl, say) is reported in the conditions but does not hold the turn: it
@@ -88,7 +78,7 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 		// Rebooted for exactly this set already and it is still pending (its trial failed):
 		// not again by itself, whatever the policy.
 		return rebootView{state: v1alpha1.RebootWaitingForApproval, message: fmt.Sprintf("%s; a reboot for pending set %s happened already and the set is still pending; approve it again with liken approve-reboot to try once more", need, hash)}
-	case a.policy(m, c) == v1alpha1.RebootManual:
+	case m.EffectiveRebootPolicy(c) == v1alpha1.RebootManual:
 		msg := fmt.Sprintf("%s; approve pending set %s with liken approve-reboot", need, hash)
 		if r := m.Spec.Reboot; r != nil && r.Approval != nil && r.Approval.PendingHash != hash {
 			msg += fmt.Sprintf(" (the approval on record is for %s, a set that has changed since: stale)", r.Approval.PendingHash)

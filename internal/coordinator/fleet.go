@@ -70,11 +70,7 @@ func orNone(s string) string {
 // autoOnly: the machine reboots by rebootPolicy Auto alone, without an operator's approval
 // of its pending set; only such reboots wait for a maintenance window.
 func autoOnly(m *v1alpha1.Machine, cl *v1alpha1.Cluster) bool {
-	policy := cl.Spec.RebootPolicy
-	if m.Spec.RebootPolicy != nil {
-		policy = *m.Spec.RebootPolicy
-	}
-	if policy != v1alpha1.RebootAuto {
+	if m.EffectiveRebootPolicy(cl) != v1alpha1.RebootAuto {
 		return false
 	}
 	r := m.Spec.Reboot
