@@ -18,6 +18,7 @@ import (
 	"liken.dev/liken/internal/change"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
+	"liken.dev/liken/internal/kube"
 )
 
 // outcome collects what one reconcile did, for status, Events and the state file.
@@ -79,7 +80,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 
 	a.applySysctls(desired, out)
 	if node != nil {
-		out.nodeReady = nodeReady(node)
+		out.nodeReady = kube.NodeReady(node)
 		if err := a.applyNode(ctx, node, m.Spec, out); err != nil {
 			return err
 		}
@@ -423,15 +424,6 @@ func (a *Agent) k3sHealth(ctx context.Context) string {
 		return fmt.Sprintf("k3s's health check %s answered %s", a.cfg.K3sHealthz, resp.Status)
 	}
 	return ""
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // record emits an Event for each applied or newly staged change and counts them.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/kube"
 )
 
 // Fleet is the cluster as the coordinator reads it from the API.
@@ -82,14 +83,8 @@ func unavailable(n *corev1.Node) string {
 	if n == nil {
 		return "no Node"
 	}
-	ready := false
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			ready = c.Status == corev1.ConditionTrue
-		}
-	}
 	switch {
-	case !ready:
+	case !kube.NodeReady(n):
 		return "NotReady"
 	case n.Spec.Unschedulable:
 		return Cordoned
