@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,8 @@ type sim struct {
 	// is the agent's LastWords (zero: its default).
 	wrap      func(http.RoundTripper) http.RoundTripper
 	lastWords time.Duration
+	// coordinator makes the agent run the reboot coordinator, as a server's agent does.
+	coordinator bool
 }
 
 func newSim(t testing.TB, name string, role v1alpha1.Role) *sim {
@@ -138,6 +141,7 @@ func (s *sim) start(t testing.TB) {
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
 		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,
+		Coordinator: s.coordinatorConfig(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -149,13 +153,38 @@ func (s *sim) start(t testing.TB) {
 
 func (s *sim) stop() { s.cancel(); <-s.done }
 
+// coordinatorConfig is the coordinator's timing for the tests (the agent fills in the rest),
+// when the sim runs one.
+func (s *sim) coordinatorConfig() *coordinator.Config {
+	if !s.coordinator {
+		return nil
+	}
+	c := fastCoordinator
+	return &c
+}
+
+// fastCoordinator leads within seconds of a Lease given up or lost, and looks again often.
+var fastCoordinator = coordinator.Config{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+	Resync: 500 * time.Millisecond, EvictRetry: 200 * time.Millisecond}
+
 type fixture struct {
 	t     testing.TB
 	admin kubernetes.Interface
 	liken *kube.Client
+	// stopCoordinator stops the coordinator setup started (nil: none runs).
+	stopCoordinator func()
 }
 
+// setup makes the machines' Machines and RBAC, and runs a reboot coordinator apart from
+// them (see startCoordinator).
 func setup(t testing.TB, machines map[string]v1alpha1.Role) *fixture {
+	f := setupFleet(t, machines)
+	f.startCoordinator(t)
+	return f
+}
+
+// setupFleet is setup with no coordinator: the tests' own server sims run it.
+func setupFleet(t testing.TB, machines map[string]v1alpha1.Role) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	f := &fixture{t: t, admin: kubernetes.NewForConfigOrDie(env.Admin)}
@@ -163,11 +192,18 @@ func setup(t testing.TB, machines map[string]v1alpha1.Role) *fixture {
 	if f.liken, err = kube.NewClient(env.Admin); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for n := range machines {
+	var names, servers []string
+	for n, role := range machines {
 		names = append(names, n)
+		if role == v1alpha1.RoleServer {
+			servers = append(servers, n)
+		}
 	}
 	if err := authority.Install(ctx, f.admin, names...); err != nil {
+		t.Fatal(err)
+	}
+	// Servers may run the coordinator (sim.coordinator).
+	if err := authority.InstallServers(ctx, f.admin, servers...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.liken.Cluster(ctx); err != nil {
@@ -194,12 +230,12 @@ func setup(t testing.TB, machines map[string]v1alpha1.Role) *fixture {
 			_ = f.liken.DeleteMachine(ctx, n)
 		}
 	})
-	f.startCoordinator(t)
 	return f
 }
 
 // startCoordinator runs the real reboot coordinator, as a server machine's agent runs it,
-// with the credentials of a server named "coordinator" that has no Machine of its own.
+// with the credentials of a server named "coordinator" that has no Machine of its own;
+// f.stopCoordinator stops it (a test may start another).
 func (f *fixture) startCoordinator(t testing.TB) {
 	t.Helper()
 	if err := authority.InstallServers(t.Context(), f.admin, "coordinator"); err != nil {
@@ -209,16 +245,18 @@ func (f *fixture) startCoordinator(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	co, err := coordinator.New(coordinator.Config{Machine: "coordinator", REST: cfg,
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		Resync: 500 * time.Millisecond, EvictRetry: 200 * time.Millisecond})
+	cc := fastCoordinator
+	cc.Machine, cc.REST = "coordinator", cfg
+	co, err := coordinator.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); co.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	f.stopCoordinator = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(f.stopCoordinator)
 }
 
 func (f *fixture) editMachine(name string, edit func(*v1alpha1.Machine)) {
