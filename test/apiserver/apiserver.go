@@ -43,6 +43,9 @@ type Options struct {
 	// Controllers, when set, is kube-controller-manager's --controllers list, e.g.
 	// "*,-node-lifecycle-controller" where tests write Node conditions that no kubelet renews.
 	Controllers string
+	// ControllerManagerArgs are further kube-controller-manager flags, e.g.
+	// --node-monitor-grace-period for Nodes that go NotReady sooner.
+	ControllerManagerArgs []string
 	// ServerCA and ClientCA, when set, are used instead of fresh ones: the API server's
 	// serving certificate is signed by ServerCA and client certificates by ClientCA (as
 	// with a cluster identity made by liken layer).
@@ -161,7 +164,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	e.Timings.CRDs = time.Since(t2)
 
 	if opts.ControllerManager {
-		if err := e.startControllerManager(opts.Controllers); err != nil {
+		if err := e.startControllerManager(opts.Controllers, opts.ControllerManagerArgs); err != nil {
 			return nil, err
 		}
 	}
@@ -305,7 +308,7 @@ func (e *Env) startAPIServer(etcdURL string) error {
 	return WriteKubeconfig(e.AdminKubeconfig, admin)
 }
 
-func (e *Env) startControllerManager(controllers string) error {
+func (e *Env) startControllerManager(controllers string, more []string) error {
 	args := []string{
 		"--kubeconfig=" + e.AdminKubeconfig,
 		"--authentication-kubeconfig=" + e.AdminKubeconfig,
@@ -323,7 +326,7 @@ func (e *Env) startControllerManager(controllers string) error {
 	if controllers != "" {
 		args = append(args, "--controllers="+controllers)
 	}
-	return e.spawn("kube-controller-manager", args...)
+	return e.spawn("kube-controller-manager", append(args, more...)...)
 }
 
 // spawn starts one of the upstream binaries with its output in logs/<name>.log.

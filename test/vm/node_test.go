@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -49,13 +50,14 @@ spec:
     example.com/booted-by: liken
 `
 
-// joined is a machine installed for a cluster whose API server runs on the host, on the
-// cluster's own identity, reached from the guest at 10.0.2.2.
+// joined is a cluster whose API server runs on the host, on the cluster's own identity,
+// reached from each guest at 10.0.2.2, with its machines' disks installed.
 type joined struct {
 	env      *apiserver.Env
 	admin    kubernetes.Interface
 	lc       *kube.Client
-	disk     string
+	disk     string            // the first machine's disk (vm-1's)
+	disks    map[string]string // every machine's disk, by name
 	guestAPI string
 	channel  *channelServer
 }
@@ -71,11 +73,20 @@ func joinCluster(t *testing.T, extraArgs string, moreVersions ...string) *joined
 // joinAs is joinCluster with vm-1's manifest given.
 func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
+	return joinMachines(t, apiserver.Options{}, []string{machineYAML}, extraArgs, moreVersions...)
+}
+
+// joinMachines is joinCluster for the machines given (the first one's disk is j.disk), with
+// the API server started with opts (the cluster's CAs are added).
+func joinMachines(t *testing.T, opts apiserver.Options, machineYAMLs []string, extraArgs string, moreVersions ...string) *joined {
+	t.Helper()
 	ch := newChannelServer(t, append([]string{releaseA}, moreVersions...)...)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	os.WriteFile(filepath.Join(manifests, "cluster.yaml"), ex, 0o644)
-	os.WriteFile(filepath.Join(manifests, "vm-1.yaml"), []byte(machineYAML), 0o644)
+	for i, y := range machineYAMLs {
+		os.WriteFile(filepath.Join(manifests, fmt.Sprintf("machine-%d.yaml", i)), []byte(y), 0o644)
+	}
 	docs, err := manifest.Load(manifests)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +100,8 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := apiserver.Start(t.Context(), apiserver.Options{ServerCA: id.CAs["server-ca"], ClientCA: id.CAs["client-ca"]})
+	opts.ServerCA, opts.ClientCA = id.CAs["server-ca"], id.CAs["client-ca"]
+	env, err := apiserver.Start(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,12 +110,21 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	v, _ := manifest.NewValidator()
+	set := manifest.CheckSet(v, docs)
+	var names, servers []string
+	for _, m := range set.Machines {
+		names = append(names, m.Name)
+		if m.Spec.Role == v1alpha1.RoleServer {
+			servers = append(servers, m.Name)
+		}
+	}
 	admin := kubernetes.NewForConfigOrDie(env.Admin)
-	if err := authority.Install(t.Context(), admin, "vm-1"); err != nil {
+	if err := authority.Install(t.Context(), admin, names...); err != nil {
 		t.Fatal(err)
 	}
-	// vm-1 is a server: its agent runs the reboot coordinator, which grants its turns.
-	if err := authority.InstallServers(t.Context(), admin, "vm-1"); err != nil {
+	// Servers' agents run the reboot coordinator, which grants the turns.
+	if err := authority.InstallServers(t.Context(), admin, servers...); err != nil {
 		t.Fatal(err)
 	}
 	// The example Cluster's registry settings name these Secrets; the agent in the VM reads them.
@@ -117,8 +138,6 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 		}
 	}
 	lc, _ := kube.NewClient(env.Admin)
-	v, _ := manifest.NewValidator()
-	set := manifest.CheckSet(v, docs)
 	set.Cluster.ResourceVersion = ""
 	set.Cluster.Spec.Channel = ch.guestURL
 	set.Cluster.Spec.Releases = map[string]v1alpha1.Digest{}
@@ -129,20 +148,24 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 	if _, err := lc.CreateCluster(t.Context(), set.Cluster); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lc.CreateMachine(t.Context(), set.Machines[0]); err != nil {
-		t.Fatal(err)
-	}
-
 	u, _ := url.Parse(env.Host)
 	guestAPI := "https://10.0.2.2:" + u.Port()
-	d := filepath.Join(t.TempDir(), "vm-1.img")
-	if _, err := install.Install(context.Background(), install.Options{
-		Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[v1alpha1.RoleServer], Disk: d,
-		SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
-	}); err != nil {
-		t.Fatal(err)
+	j := &joined{env: env, admin: admin, lc: lc, disks: map[string]string{}, guestAPI: guestAPI, channel: ch}
+	for _, m := range set.Machines {
+		if _, err := lc.CreateMachine(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+		d := filepath.Join(t.TempDir(), m.Name+".img")
+		if _, err := install.Install(context.Background(), install.Options{
+			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], Disk: d,
+			SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		j.disks[m.Name] = d
 	}
-	return &joined{env: env, admin: admin, lc: lc, disk: d, guestAPI: guestAPI, channel: ch}
+	j.disk = j.disks["vm-1"]
+	return j
 }
 
 // vmMachineDHCP is vm-1 configured by DHCP: QEMU's user network runs a DHCP server that

@@ -91,7 +91,13 @@ func (j *joined) approve(t *testing.T) string {
 // events are the reasons of vm-1's Events.
 func (j *joined) events(t *testing.T) map[string]int {
 	t.Helper()
-	list, err := j.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=vm-1"})
+	return j.eventsOf(t, "vm-1")
+}
+
+// eventsOf are the reasons of a Machine's Events.
+func (j *joined) eventsOf(t *testing.T, name string) map[string]int {
+	t.Helper()
+	list, err := j.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +120,11 @@ func (j *joined) expectRebootSaid(t *testing.T, vm *VM, mark, rebootings int) {
 	}
 }
 
-// watchRebootStates records every status.reboot.state vm-1's Machine goes through, from a
-// watch (so a state that lasts an instant is seen too); the returned func reads them.
-func (j *joined) watchRebootStates(t *testing.T) func() []v1alpha1.RebootState {
+// watchRebootStates records every status.reboot.state the named Machine goes through, from
+// a watch (so a state that lasts an instant is seen too); the returned func reads them.
+func (j *joined) watchRebootStates(t *testing.T, name string) func() []v1alpha1.RebootState {
 	t.Helper()
-	w, err := j.lc.MachineListWatch("vm-1").Watch(metav1.ListOptions{})
+	w, err := j.lc.MachineListWatch(name).Watch(metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +241,7 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 
 	mark := vm.Mark()
 	start = time.Now()
-	states := j.watchRebootStates(t)
+	states := j.watchRebootStates(t, "vm-1")
 	j.approve(t)
 	j.expectRebootSaid(t, vm, mark, 0)
 	expectAfter(t, vm, mark, "liken-grub: booting slot B (trial 1)", 3*time.Minute)
