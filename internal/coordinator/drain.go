@@ -46,7 +46,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// drainNode cordons a Node and evicts its pods through the eviction API (so every
+// drainNode evicts a cordoned Node's pods through the eviction API (so every
 // PodDisruptionBudget is honoured) until none is left to move or deadline passes. It uses
 // kubectl's drain package: DaemonSet and mirror pods are skipped, pods with emptyDir data or
 // without a controller only move when the policy allows it. Evictions a PDB refuses are
@@ -65,16 +65,6 @@ func drainNode(ctx context.Context, kc kubernetes.Interface, node string, policy
 	}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	// The cordon is not bounded by the deadline: a drain resumed after it (a new leader)
-	// still cordons, then goes straight to the outcome below.
-	h.Ctx = ctx
-	n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return drainOutcome{}, fmt.Errorf("reading Node %s: %w", node, err)
-	}
-	if err := drain.RunCordonOrUncordon(h, n, true); err != nil {
-		return drainOutcome{}, fmt.Errorf("cordoning %s: %w", node, err)
-	}
 	h.Ctx = dctx
 	for {
 		h.Timeout = time.Until(deadline)

@@ -258,7 +258,7 @@ func (c *Coordinator) step(ctx context.Context) error {
 	cached := o.(*v1alpha1.Cluster)
 	c.gauge(p.Status)
 	if equality.Semantic.DeepEqual(p.Status, cached.Status) && len(p.Uncordon) == 0 {
-		c.startDrains(ctx, cached)
+		c.startDrains(ctx, cached, false)
 		return nil
 	}
 	cl, err := c.liken.Cluster(ctx)
@@ -294,7 +294,7 @@ func (c *Coordinator) step(ctx context.Context) error {
 		c.log.Info("turn granted", "machine", m)
 		c.event(m, corev1.EventTypeNormal, "TurnGranted", "a disruption-budget turn was given; the Node is cordoned and drained")
 	}
-	c.startDrains(ctx, cl)
+	c.startDrains(ctx, cl, true)
 	return nil
 }
 
@@ -319,21 +319,38 @@ func (c *Coordinator) event(machine, typ, reason, msg string) {
 
 // cordon cordons or uncordons a Node through kubectl's cordon helper.
 func (c *Coordinator) cordon(ctx context.Context, node string, on bool) error {
-	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	// The cached Node will do when it differs from what is wanted: the cordon helper's patch
+	// then sets spec.unschedulable alone, whatever else is stale. When the cache says it is
+	// as wanted already, the cache may be behind (this coordinator's own uncordon of a
+	// moment ago, not seen yet): read it.
+	var n *corev1.Node
+	if o, ok, _ := c.nodes.GetByKey(node); ok && o.(*corev1.Node).Spec.Unschedulable != on {
+		n = o.(*corev1.Node).DeepCopy()
+	} else {
+		got, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading Node %s: %w", node, err)
+		}
+		n = got
+	}
+	what := map[bool]string{true: "cordoning", false: "uncordoning"}[on]
+	err := drain.RunCordonOrUncordon(&drain.Helper{Ctx: ctx, Client: c.kube}, n, on)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading Node %s: %w", node, err)
-	}
-	if err := drain.RunCordonOrUncordon(&drain.Helper{Ctx: ctx, Client: c.kube}, n, on); err != nil {
-		return fmt.Errorf("uncordoning %s: %w", node, err)
+		return fmt.Errorf("%s %s: %w", what, node, err)
 	}
 	return nil
 }
 
-// startDrains starts a drain for every turn being drained that has none under way.
-func (c *Coordinator) startDrains(ctx context.Context, cl *v1alpha1.Cluster) {
+// startDrains starts a drain for every turn being drained that has none under way. fresh
+// says cl was just read from the API server or written to it, not taken from the cache:
+// its turns need no second read before a cordon.
+func (c *Coordinator) startDrains(ctx context.Context, cl *v1alpha1.Cluster, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	current := map[turnKey]bool{}
@@ -352,7 +369,7 @@ func (c *Coordinator) startDrains(ctx context.Context, cl *v1alpha1.Cluster) {
 		dctx, cancel := context.WithCancel(ctx)
 		d := &drainRun{key: keyOf(t), cancel: cancel, done: make(chan struct{})}
 		c.drains[t.Machine] = d
-		go func() { defer close(d.done); c.drain(dctx, t, cl.Spec.Drain) }()
+		go func() { defer close(d.done); c.drain(dctx, t, cl.Spec.Drain, fresh) }()
 	}
 }
 
@@ -390,7 +407,7 @@ func (c *Coordinator) stopDrains() {
 // was given, so a new leader resumes with the time left. Then it records the outcome in
 // the turn: drained, or blocked (the turn given back, the Node uncordoned unless an
 // operator had cordoned it, and the machine held back for a growing while).
-func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha1.DrainPolicy) {
+func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha1.DrainPolicy, fresh bool) {
 	recorded := false
 	defer func() {
 		c.mu.Lock()
@@ -405,24 +422,35 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		c.kick()
 	}()
 	log := c.log.With("machine", t.Machine)
-	// The caches may lag: cordon only for a turn the API still holds.
-	if cl, err := c.liken.Cluster(ctx); err != nil {
-		if ctx.Err() == nil {
-			log.Error("reading the Cluster before draining; trying again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(c.cfg.EvictRetry):
+	// The caches may lag: cordon only for a turn the API still holds (a fresh read or
+	// write of the Cluster said so a moment ago).
+	if !fresh {
+		cl, err := c.liken.Cluster(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("reading the Cluster before draining; trying again", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(c.cfg.EvictRetry):
+				}
 			}
+			return
 		}
-		return
-	} else if !hasTurn(cl, t) {
-		recorded = true
-		return
+		if !hasTurn(cl, t) {
+			recorded = true
+			return
+		}
 	}
 	deadline := t.Since.Add(drainTimeout(policy))
 	log.Info("draining", "deadline", deadline)
 	start := c.cfg.Now()
-	out, err := drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Debug(s) }) // each try, refusals included
+	// The cordon is not bounded by the deadline: a drain resumed after it (a new leader)
+	// still cordons, then goes straight to the outcome.
+	err := c.cordon(ctx, t.Machine, true)
+	var out drainOutcome
+	if err == nil {
+		out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Debug(s) }) // each try, refusals included
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("draining; trying again", "err", err)
@@ -495,10 +523,18 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 // the turn is still there as given (same machine, pending set and phase); on a conflict
 // it reads and tries again.
 func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, change func(st *v1alpha1.ClusterStatus, i int) error) (gone bool, err error) {
+	// The first try starts from the cache, which is usually current: the write is
+	// conditional on its resourceVersion, so a stale one costs a conflict and a read, and
+	// a turn the cache no longer shows is read again before it counts as gone.
+	var cl *v1alpha1.Cluster
+	if o, ok, _ := c.clusters.GetByKey(v1alpha1.ClusterName); ok && hasTurn(o.(*v1alpha1.Cluster), t) {
+		cl = o.(*v1alpha1.Cluster)
+	}
 	for {
-		cl, err := c.liken.Cluster(ctx)
-		if err != nil {
-			return false, fmt.Errorf("reading the Cluster: %w", err)
+		if cl == nil {
+			if cl, err = c.liken.Cluster(ctx); err != nil {
+				return false, fmt.Errorf("reading the Cluster: %w", err)
+			}
 		}
 		i := turnIndex(cl, t)
 		if i < 0 {
@@ -515,6 +551,7 @@ func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, change fu
 			}
 			return false, nil
 		}
+		cl = nil
 	}
 }
 
