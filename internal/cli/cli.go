@@ -37,8 +37,6 @@ func usageErr(format string, args ...any) error {
 // planned lists the commands that arrive with later issues: shown in help, refused with
 // exit 3 until they are built.
 var planned = []struct{ name, short, issue string }{
-	{"upgrade", "set the Cluster's spec.version to a pinned release", "reboot coordination"},
-	{"rollback", "move the fleet or one machine back to an earlier pinned release", "reboot coordination"},
 	{"lab", "run a cluster of QEMU machines on this host", "lab"},
 }
 
@@ -101,7 +99,7 @@ and 4 when it fails.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
-		newApproveReboot(), newRequestReboot(), newReleaseTurn(), newStatus())
+		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newStatus())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

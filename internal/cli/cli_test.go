@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -79,7 +80,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help exited %d", code)
 	}
-	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "request-reboot", "[not yet available: reboot coordination]", "Exit codes: 0 ok, 1"} {
+	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "request-reboot", "upgrade", "rollback", "[not yet available: lab]", "Exit codes: 0 ok, 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--help lacks %q", want)
 		}
@@ -103,7 +104,8 @@ func TestErrors(t *testing.T) {
 		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, pin, publish, verify"}},
 		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, pin, publish, verify"}},
 		{"unknown flag", []string{"validate", "--frob", "x"}, exitUsage, []string{"unknown flag: --frob"}},
-		{"planned", []string{"upgrade", "--all-the-things"}, exitUnavailable, []string{"not yet available", "reboot coordination"}},
+		{"planned", []string{"lab", "up", "--all-the-things"}, exitUnavailable, []string{"not yet available", "issue lab"}},
+		{"upgrade without a version", []string{"upgrade"}, exitUsage, []string{"the release version"}},
 		{"approve nothing", []string{"approve-reboot"}, exitUsage, []string{"name the machines to approve, or give --all"}},
 		{"approve names and all", []string{"approve-reboot", "m1", "--all"}, exitUsage, []string{"or give --all"}},
 		{"request without a machine", []string{"request-reboot"}, exitUsage, []string{"give the Machine to reboot"}},
@@ -544,5 +546,96 @@ func TestLayerStrictKinds(t *testing.T) {
 				t.Error("a layer was written anyway")
 			}
 		})
+	}
+}
+
+// TestUpgradeAndRollback runs upgrade and rollback against a real API server and a file://
+// channel: a release is pinned only with the digest its channel really has, a version on
+// the wrong side is refused naming the other command, --machine changes those Machines
+// alone, and nothing is written when a check fails.
+func TestUpgradeAndRollback(t *testing.T) {
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureCluster(t, lc)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	channel := t.TempDir()
+	const old, next = "2026.07.20-001", "2026.08.03-001"
+	code, out, errOut := run(t, "release", "publish", "--channel", channel, makeRelease(t, next, "the next release"), "-o", "json")
+	var pub releaseResult
+	if code != exitOK || json.Unmarshal([]byte(out), &pub) != nil {
+		t.Fatalf("publish: %d %s %s", code, out, errOut)
+	}
+	cl, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := cl.Spec
+	t.Cleanup(func() {
+		if c, err := lc.Cluster(context.Background()); err == nil {
+			c.Spec = saved
+			lc.UpdateCluster(context.Background(), c)
+		}
+	})
+	cl.Spec.Channel, cl.Spec.Version = "file://"+channel, old
+	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "canary-1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.DeleteMachine(context.Background(), "canary-1") })
+	state := func() (string, string, string) {
+		c, err := lc.Cluster(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := lc.Machine(t.Context(), "canary-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(c.Spec.Version), string(c.Spec.Releases[next]), string(m.Spec.Version)
+	}
+	k := []string{"--kubeconfig", kc}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says []string
+		// after: the Cluster's version, next's pin, canary-1's version.
+		after [3]string
+	}{
+		{"not a version", []string{"upgrade", "latest"}, exitUsage, []string{"not a release version"}, [3]string{old, "", ""}},
+		{"not pinned", []string{"upgrade", next}, exitFailed, []string{next + " is not pinned", "--pin DIGEST", "liken release pin --channel file://"}, [3]string{old, "", ""}},
+		{"a pin the channel does not have", []string{"upgrade", next, "--pin", "sha256:" + strings.Repeat("e", 64)}, exitFailed, []string{"has digest " + pub.Digest, "not pinned"}, [3]string{old, "", ""}},
+		{"backwards", []string{"upgrade", "2026.01.01-001", "--pin", pub.Digest}, exitFailed, []string{"newer than 2026.01.01-001", "liken rollback"}, [3]string{old, "", ""}},
+		{"pinned and set", []string{"upgrade", next, "--pin", pub.Digest}, exitOK, []string{"pinned " + next, "Cluster spec.version: " + old + " -> " + next, "liken approve-reboot"}, [3]string{next, pub.Digest, ""}},
+		{"again", []string{"upgrade", next}, exitOK, []string{"runs " + next + " already"}, [3]string{next, pub.Digest, ""}},
+		{"a pin never changes", []string{"upgrade", next, "--pin", "sha256:" + strings.Repeat("e", 64)}, exitFailed, []string{"pinned to " + pub.Digest + " already"}, [3]string{next, pub.Digest, ""}},
+		{"upgrade to an older one", []string{"upgrade", old}, exitFailed, []string{"newer than " + old, "liken rollback " + old}, [3]string{next, pub.Digest, ""}},
+		{"rollback to a newer one", []string{"rollback", next, "--machine", "canary-1"}, exitOK, []string{"runs " + next + " already"}, [3]string{next, pub.Digest, ""}},
+		{"rollback to one never pinned", []string{"rollback", "2026.07.01-001"}, exitFailed, []string{"not pinned", "a rollback goes back to a release pinned before"}, [3]string{next, pub.Digest, ""}},
+		{"rollback of an unknown machine", []string{"rollback", old, "--machine", "canary-1", "--machine", "nosuch"}, exitFailed, []string{`no Machine "nosuch"`}, [3]string{next, pub.Digest, ""}},
+		{"rollback of one machine", []string{"rollback", old, "--machine", "canary-1"}, exitOK, []string{"Machine canary-1 spec.version: " + next + " (the Cluster's) -> " + old}, [3]string{next, pub.Digest, old}},
+		{"upgrade of that machine past the Cluster's", []string{"upgrade", "2026.09.01-001", "--machine", "canary-1"}, exitFailed, []string{"not pinned"}, [3]string{next, pub.Digest, old}},
+		{"rollback of the fleet", []string{"rollback", old}, exitOK, []string{"Cluster spec.version: " + next + " -> " + old}, [3]string{old, pub.Digest, old}},
+		{"rollback past a machine's own", []string{"rollback", "2026.07.20-001", "--machine", "canary-1", "-o", "json"}, exitOK, []string{`"to": "2026.07.20-001"`}, [3]string{old, pub.Digest, old}},
+	} {
+		code, out, errOut := run(t, append(tc.args, k...)...)
+		if code != tc.code {
+			t.Errorf("%s: liken %v exited %d, want %d\n%s%s", tc.name, tc.args, code, tc.code, out, errOut)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(out+errOut, s) {
+				t.Errorf("%s: liken %v does not say %q:\n%s%s", tc.name, tc.args, s, out, errOut)
+			}
+		}
+		if v, p, m := state(); [3]string{v, p, m} != tc.after {
+			t.Errorf("%s: after liken %v the Cluster's version, %s's pin and canary-1's version are %q; want %q", tc.name, tc.args, next, [3]string{v, p, m}, tc.after)
+		}
 	}
 }
