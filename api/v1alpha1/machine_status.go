@@ -164,6 +164,11 @@ type RunningRelease struct {
 	// tests, which a real release never carries.
 	// +optional
 	K3s string `json:"k3s,omitempty"`
+	// LayerDigest is the digest of the deployment layer this machine was installed with,
+	// as liken layer printed it (install records it on the disk, and init checks the
+	// layer's bytes against it at every boot); empty on a disk that records none.
+	// +optional
+	LayerDigest string `json:"layerDigest,omitempty"`
 }
 
 // ChangeClass says how a change to a spec field reaches a machine.

@@ -303,7 +303,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	}
 	running := bi.Slots[bi.Slot]
 	v.release = &v1alpha1.RunningRelease{Version: bi.Version, Digest: running.Digest, Slot: v1alpha1.Slot(bi.Slot),
-		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime}, K3s: bi.K3s}
+		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime}, K3s: bi.K3s, LayerDigest: bi.LayerDigest}
 	if bi.Trial && bi.Committed {
 		v.release.LastGoodSlot = v1alpha1.Slot(bi.Slot)
 	}

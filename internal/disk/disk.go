@@ -120,7 +120,3 @@ func allZero(b []byte) bool {
 	}
 	return true
 }
-
-// LayerMagic starts the layer partition, followed by the layer's length (8 bytes, little
-// endian) and the layer itself.
-const LayerMagic = "LIKENLYR"

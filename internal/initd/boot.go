@@ -39,6 +39,8 @@ type bootControl struct {
 	committed     bool
 	committedCh   chan struct{}
 	rebootPending bool
+	// layerDigest is the deployment layer's digest as built ("" when the disk records none).
+	layerDigest string
 	// reboot asks init's main loop to shut down and restart the machine.
 	reboot func(why string)
 }
@@ -96,12 +98,18 @@ func (b *bootControl) record(change func(*state.BootRecord)) {
 	}
 }
 
+func (b *bootControl) setLayer(digest string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.layerDigest = digest
+}
+
 // Info implements supervisor.Boot.
 func (b *bootControl) Info() (supervisor.BootInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := supervisor.BootInfo{Slot: b.slot, Trial: b.trial, Committed: b.committed, Version: b.version,
-		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version")}
+		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest}
 	if standIn() {
 		info.K3s = "stand-in"
 	}

@@ -169,7 +169,8 @@ func (s *system) modules() error {
 	return initramfs.LoadModules(s.log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), "/etc/liken/system-modules")
 }
 
-// readLayer unpacks the layer partition (magic, length, layer) into tmpfs.
+// readLayer unpacks the layer partition into tmpfs (readLayerPartition), and tells the
+// boot control the layer's digest as built, for the Machine's status.
 func (s *system) readLayer() error {
 	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.Layer, 30*time.Second)
 	if err != nil {
@@ -180,23 +181,17 @@ func (s *system) readLayer() error {
 		return err
 	}
 	defer f.Close()
-	hdr := make([]byte, 16)
-	if _, err := io.ReadFull(f, hdr); err != nil {
-		return err
-	}
-	if string(hdr[:8]) != disk.LayerMagic {
-		return fmt.Errorf("%s holds no deployment layer (install writes one)", dev)
-	}
-	n := binary.LittleEndian.Uint64(hdr[8:])
-	if n > uint64(layer.DefaultLimits.MaxTotal) {
-		return fmt.Errorf("the layer's length %d is implausible", n)
-	}
-	idx, err := layer.Unpack(io.LimitReader(f, int64(n)), layerDir, layer.DefaultLimits)
+	idx, hdr, err := readLayerPartition(f, layerDir)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", dev, err)
 	}
 	s.index = idx
-	fmt.Fprintf(s.log, "liken-init: %s layer unpacked (%d files)\n", idx.Role, len(idx.Files))
+	s.boot.setLayer(hdr.BuiltDigest())
+	recorded := "no digest recorded (installed before install recorded one)"
+	if hdr.Recorded() {
+		recorded = "as built " + hdr.BuiltDigest() + ", its bytes as install wrote them"
+	}
+	fmt.Fprintf(s.log, "liken-init: %s layer unpacked (%d files; %s)\n", idx.Role, len(idx.Files), recorded)
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -129,7 +128,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	if int64(len(layerData)+16) > int64(o.Layout.LayerMiB)<<20 {
+	if int64(len(layerData)+disk.LayerHeaderSize) > int64(o.Layout.LayerMiB)<<20 {
 		return res, fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)
 	}
 	if err := checkDisk(o); err != nil {
@@ -189,8 +188,8 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if err := writeESP(work, efiPath, o, specArgs, parts[disk.ESP], slots); err != nil {
 		return res, err
 	}
-	step("writing the %s layer%s (%d bytes)", idx.Role, forMachine(o.Machine), len(layerData))
-	if err := writeLayer(o.Disk, parts[disk.Layer], layerData); err != nil {
+	step("writing the %s layer%s (%d bytes; as built %s, recorded on the disk)", idx.Role, forMachine(o.Machine), len(layerData), res.LayerDigest)
+	if err := writeLayer(o.Disk, parts[disk.Layer], layerData, res.LayerDigest); err != nil {
 		return res, err
 	}
 	st := parts[disk.State]
@@ -401,16 +400,18 @@ func copyInto(diskPath string, ext disk.Extent, src string) error {
 	return sink.Commit()
 }
 
-// writeLayer writes the layer behind its header: magic and length.
-func writeLayer(diskPath string, ext disk.Extent, data []byte) error {
+// writeLayer writes the layer behind its header (disk.LayerHeader), which records its
+// digest as built and the digest of the bytes written.
+func writeLayer(diskPath string, ext disk.Extent, data []byte, built string) error {
+	hdr, err := disk.NewLayerHeader(data, built)
+	if err != nil {
+		return err
+	}
 	sink, err := release.PartitionTarget{Path: diskPath, Offset: ext.Offset, Size: ext.Size}.Begin()
 	if err != nil {
 		return err
 	}
-	hdr := make([]byte, 16)
-	copy(hdr, disk.LayerMagic)
-	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(data)))
-	if _, err := sink.Write(append(hdr, data...)); err != nil {
+	if _, err := sink.Write(append(hdr.Encode(), data...)); err != nil {
 		sink.Discard()
 		return err
 	}

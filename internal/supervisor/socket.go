@@ -66,6 +66,9 @@ type BootInfo struct {
 	Slots bootloader.Slots `json:"slots"`
 	// Boots is init's log of recent boots, oldest first, this one last.
 	Boots []state.BootRecord `json:"boots,omitempty"`
+	// LayerDigest is the deployment layer's digest as built (what liken layer printed),
+	// recorded on the disk by install; empty when the disk records none.
+	LayerDigest string `json:"layerDigest,omitempty"`
 }
 
 // RebootRequest asks init to reboot, trying TrialSlot with TrialArgs once when TrialSlot is

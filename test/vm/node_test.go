@@ -60,6 +60,8 @@ type joined struct {
 	disks    map[string]string // every machine's disk, by name
 	guestAPI string
 	channel  *channelServer
+	// layerDigests are each role's layer digest, as liken layer prints it.
+	layerDigests map[v1alpha1.Role]string
 }
 
 // joinCluster sets up the API server, the Cluster, Machine vm-1 and its RBAC, and installs
@@ -150,14 +152,14 @@ func joinMachines(t *testing.T, opts apiserver.Options, machineYAMLs []string, e
 	}
 	u, _ := url.Parse(env.Host)
 	guestAPI := "https://10.0.2.2:" + u.Port()
-	j := &joined{env: env, admin: admin, lc: lc, disks: map[string]string{}, guestAPI: guestAPI, channel: ch}
+	j := &joined{env: env, admin: admin, lc: lc, disks: map[string]string{}, guestAPI: guestAPI, channel: ch, layerDigests: res.Digests}
 	for _, m := range set.Machines {
 		if _, err := lc.CreateMachine(t.Context(), m); err != nil {
 			t.Fatal(err)
 		}
 		d := filepath.Join(t.TempDir(), m.Name+".img")
 		if _, err := install.Install(context.Background(), install.Options{
-			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], Disk: d,
+			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: d,
 			SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
 		}); err != nil {
 			t.Fatal(err)
@@ -225,6 +227,12 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	m, _ := lc.Machine(t.Context(), "vm-1")
 	if m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Hardware.CPU.Threads != int32(DefaultSpeed().CPUs) {
 		t.Errorf("hardware reported from inside the VM: %+v", m.Status.Hardware)
+	}
+	if got, want := m.Status.Release.LayerDigest, j.layerDigests[v1alpha1.RoleServer]; got != want {
+		t.Errorf("status.release.layerDigest = %q; want the layer's digest as built, %s", got, want)
+	}
+	if !strings.Contains(vm.Console(), "layer unpacked (") || !strings.Contains(vm.Console(), "as built "+j.layerDigests[v1alpha1.RoleServer]) {
+		t.Errorf("init did not say it checked the layer against the digests install recorded")
 	}
 	n, _ := admin.CoreV1().Nodes().Get(t.Context(), "vm-1", metav1.GetOptions{})
 	if n.Labels["example.com/booted-by"] != "liken" {
