@@ -14,27 +14,24 @@ import (
 	"liken.dev/liken/internal/layer/layertest"
 )
 
-// partition is a layer partition as install writes it (the header recording the digests),
-// or in the first form (old: no digests), with the partition's zeros after it.
+// partition is a layer partition as install writes it (the trailer recording the
+// digests), or as installs before wrote it (old: no trailer), with the partition's zeros
+// after it.
 func partition(t *testing.T, data []byte, old bool) []byte {
 	t.Helper()
-	var hdr []byte
-	if old {
-		hdr = make([]byte, 16)
-		copy(hdr, "LIKENLYR")
-		binary.LittleEndian.PutUint64(hdr[8:], uint64(len(data)))
-	} else {
-		sum := sha256.Sum256(data)
-		h, err := disk.NewLayerHeader(data, fmt.Sprintf("sha256:%x", sum))
-		if err != nil {
-			t.Fatal(err)
-		}
-		hdr = h.Encode()
+	sum := sha256.Sum256(data)
+	rec, err := disk.NewLayerRecord(data, fmt.Sprintf("sha256:%x", sum))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return append(append(hdr, data...), make([]byte, 4096)...)
+	out := append(rec.Header(), data...)
+	if !old {
+		out = append(out, rec.Trailer()...)
+	}
+	return append(out, make([]byte, 4096)...)
 }
 
-// TestReadLayerPartition: init's reader unpacks a layer behind either header, reports the
+// TestReadLayerPartition: init's reader unpacks a layer with or without the trailer, reports the
 // recorded digest as built, and refuses a layer whose bytes are not those install wrote, a
 // partition with no layer, and a length no layer may have.
 func TestReadLayerPartition(t *testing.T) {
@@ -43,18 +40,18 @@ func TestReadLayerPartition(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		idx, hdr, err := readLayerPartition(bytes.NewReader(partition(t, data, old)), filepath.Join(t.TempDir(), "layer"))
 		if err != nil || len(idx.Files) != 3 {
-			t.Fatalf("old header %v: %v, %+v", old, err, idx)
+			t.Fatalf("old partition %v: %v, %+v", old, err, idx)
 		}
 		want := fmt.Sprintf("sha256:%x", sum)
 		if old {
 			want = ""
 		}
 		if hdr.BuiltDigest() != want {
-			t.Errorf("old header %v: digest as built %q, want %q", old, hdr.BuiltDigest(), want)
+			t.Errorf("old partition %v: digest as built %q, want %q", old, hdr.BuiltDigest(), want)
 		}
 	}
 	changed := partition(t, data, false)
-	changed[48] ^= 1 // the recorded digest of the bytes written no longer matches them
+	changed[disk.LayerHeaderSize+len(data)+40] ^= 1 // the recorded digest of the bytes written no longer matches them
 	damagedLength := partition(t, data, false)
 	binary.LittleEndian.PutUint64(damagedLength[8:], 1<<40)
 	for _, tc := range []struct {
@@ -74,14 +71,15 @@ func TestReadLayerPartition(t *testing.T) {
 }
 
 // TestReadLayerPartitionRefuses runs the layer package's hostile layers (those under the
-// default bounds, which are the bounds at boot) through init's reader, behind both headers.
+// default bounds, which are the bounds at boot) through init's reader, with and without
+// the trailer.
 func TestReadLayerPartitionRefuses(t *testing.T) {
 	for _, tc := range layertest.Refused(t) {
 		if tc.Lim != layer.DefaultLimits {
 			continue
 		}
 		for _, old := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/old header %v", tc.Name, old), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/old partition %v", tc.Name, old), func(t *testing.T) {
 				_, _, err := readLayerPartition(bytes.NewReader(partition(t, tc.Data, old)), filepath.Join(t.TempDir(), "layer"))
 				if err == nil || !strings.Contains(err.Error(), tc.Want) {
 					t.Fatalf("error = %v, want %q", err, tc.Want)

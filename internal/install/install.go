@@ -128,7 +128,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	if int64(len(layerData)+disk.LayerHeaderSize) > int64(o.Layout.LayerMiB)<<20 {
+	if int64(disk.LayerHeaderSize+len(layerData)+disk.LayerTrailerSize) > int64(o.Layout.LayerMiB)<<20 {
 		return res, fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)
 	}
 	if err := checkDisk(o); err != nil {
@@ -400,10 +400,10 @@ func copyInto(diskPath string, ext disk.Extent, src string) error {
 	return sink.Commit()
 }
 
-// writeLayer writes the layer behind its header (disk.LayerHeader), which records its
-// digest as built and the digest of the bytes written.
+// writeLayer writes the layer between its header and its trailer (disk.LayerRecord), which
+// records its digest as built and the digest of the bytes written.
 func writeLayer(diskPath string, ext disk.Extent, data []byte, built string) error {
-	hdr, err := disk.NewLayerHeader(data, built)
+	rec, err := disk.NewLayerRecord(data, built)
 	if err != nil {
 		return err
 	}
@@ -411,7 +411,8 @@ func writeLayer(diskPath string, ext disk.Extent, data []byte, built string) err
 	if err != nil {
 		return err
 	}
-	if _, err := sink.Write(append(hdr.Encode(), data...)); err != nil {
+	framed := append(append(rec.Header(), data...), rec.Trailer()...)
+	if _, err := sink.Write(framed); err != nil {
 		sink.Discard()
 		return err
 	}
