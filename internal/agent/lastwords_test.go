@@ -248,8 +248,8 @@ func TestRebootRequest(t *testing.T) {
 	q1.bootCtl = boot
 	q1.boot(t, f)
 	q1.start(t)
-	f.waitFor(t, "q1", "running", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone
+	f.waitFor(t, "q1", "running, with the layer init reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone && m.Status.Release.LayerDigest == testLayerDigest
 	})
 
 	at := metav1.NewTime(time.Now().Truncate(time.Second))

@@ -213,6 +213,9 @@ func (f *fixture) useChannel(t *testing.T, ch *testChannel, version string) {
 	})
 }
 
+// testLayerDigest is the layer digest init reports in the tests' boots.
+const testLayerDigest = "sha256:1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e1a7e"
+
 // bootedOnClusterRelease is init's boot control for a machine booted from slot A, which
 // holds the Cluster's release.
 func (f *fixture) bootedOnClusterRelease(t *testing.T) *fakeBoot {
@@ -222,7 +225,7 @@ func (f *fixture) bootedOnClusterRelease(t *testing.T) *fakeBoot {
 		t.Fatal(err)
 	}
 	v := string(c.Spec.Version)
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", LayerDigest: testLayerDigest, Slots: bootloader.Slots{
 		"A": {State: bootloader.SlotReady, Version: v, Digest: string(c.Spec.Releases[v])}}}}
 	boot.boot("boot-1", "A", false, "")
 	return boot
@@ -246,7 +249,7 @@ func TestUpgradeFlow(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(slotDir, "A.img"), append(append([]byte{}, ch.slots[v1]...), make([]byte, 2<<20-len(ch.slots[v1]))...), 0o644)
 	sum := sha256.Sum256(ch.slots[v1])
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", Slots: bootloader.Slots{
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", LayerDigest: testLayerDigest, Slots: bootloader.Slots{
 		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1], SHA256: hex.EncodeToString(sum[:]), Size: int64(len(ch.slots[v1]))}}}}
 	boot.boot("boot-1", "A", false, "")
 	s.bootCtl = boot
