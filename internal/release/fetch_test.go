@@ -19,6 +19,7 @@ import (
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/test/report"
 )
 
 const version = "2026.07.20-001"
@@ -370,6 +371,12 @@ func TestFileChannelRefusesWhatIsNotAFile(t *testing.T) {
 // one that sends nothing for its silence, and the error says which, never "context
 // canceled"; the time to give up is bounded by the configured limits.
 func TestGivingUpSaysWhy(t *testing.T) {
+	var figures []string
+	defer func() {
+		if !t.Failed() {
+			report.Line("download attempt given up (stall 300ms, minimum rate 1000 B/s over 500ms): %s", strings.Join(figures, ", "))
+		}
+	}()
 	for _, tc := range []struct {
 		name  string
 		fault *fault
@@ -398,6 +405,7 @@ func TestGivingUpSaysWhy(t *testing.T) {
 				t.Fatalf("the first attempt failed with %v; want it to say %q", first, tc.want)
 			}
 			t.Logf("first attempt given up after %s: %v", took.Round(time.Millisecond), first)
+			figures = append(figures, fmt.Sprintf("%s server after %s", tc.name, took.Round(10*time.Millisecond)))
 		})
 	}
 }
