@@ -21,6 +21,7 @@ import (
 
 	"liken.dev/liken/internal/agent"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/bootstrap"
 	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/host/hardware"
@@ -58,6 +59,8 @@ func run() error {
 		dataDir    = flag.String("k3s-data-dir", k3s.DefaultPaths.DataDir, "k3s data directory")
 		healthz    = flag.String("k3s-healthz", "http://127.0.0.1:10248/healthz", "k3s's health check (the kubelet's); empty: not checked")
 		coord      = flag.Bool("coordinator", false, "take part in electing the reboot coordinator (server machines)")
+		bootKC     = flag.String("bootstrap-kubeconfig", "", "the bootstrap credential: create the Cluster and Machines of --layer-dir where absent (server machines)")
+		layerDir   = flag.String("layer-dir", "/run/liken/layer", "the unpacked deployment layer")
 	)
 	flag.Parse()
 	if *machine == "" {
@@ -92,6 +95,19 @@ func run() error {
 		go srv.Serve(l)
 		defer srv.Close()
 		log.Info("metrics", "addr", l.Addr().String())
+	}
+	if *bootKC != "" {
+		bcfg, err := clientcmd.BuildConfigFromFlags("", *bootKC)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", *bootKC, err)
+		}
+		// Beside the agent, which waits for its Machine meanwhile: the first server's
+		// Machine exists only once this has made it.
+		go func() {
+			if _, err := bootstrap.Run(ctx, bootstrap.Config{REST: bcfg, LayerDir: *layerDir, Server: *machine, Log: log}); err != nil && ctx.Err() == nil {
+				log.Error("bootstrap: the Cluster and Machines were not all made from the layer", "err", err)
+			}
+		}()
 	}
 	return a.Run(ctx)
 }

@@ -244,3 +244,49 @@ func upsert(ctx context.Context, name string, create, update func() error) error
 	}
 	return nil
 }
+
+// BootstrapUser is the user of the bootstrap credential servers carry: it creates the
+// Cluster and the Machines from the layer when they are absent (internal/bootstrap).
+const BootstrapUser = "liken:bootstrap"
+
+// BootstrapRBAC is all the bootstrap credential may do: read and create the Cluster and
+// Machines (never update or delete them: after bootstrap the API is authoritative), and
+// record Events about them.
+func BootstrapRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding) {
+	g := v1alpha1.GroupVersion.Group
+	labels := map[string]string{"app.kubernetes.io/managed-by": "liken"}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: "rbac.authorization.k8s.io", Name: BootstrapUser}}
+	return &rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Labels: labels},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{g}, Resources: []string{"clusters", "machines"}, Verbs: []string{"get", "create"}},
+			},
+		}, &rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: BootstrapUser},
+			Subjects:   subjects,
+		}, &rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: EventNamespace, Labels: labels},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+			},
+		}, &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: EventNamespace, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: BootstrapUser},
+			Subjects:   subjects,
+		}
+}
+
+// InstallBootstrap creates or updates the bootstrap credential's RBAC (k3s applies it from
+// the server layer's manifests; tests install it directly).
+func InstallBootstrap(ctx context.Context, kube kubernetes.Interface) error {
+	cr, crb, r, rb := BootstrapRBAC()
+	if err := applyClusterRole(ctx, kube, cr, crb); err != nil {
+		return err
+	}
+	return applyRole(ctx, kube, r, rb)
+}

@@ -136,6 +136,12 @@ func BuildLayers(in Input) (*Result, error) {
 				files[layer.TLSDir+"/"+name+".key"] = layer.Entry{Data: key, Mode: 0o600}
 			}
 			files[layer.TLSDir+"/service.key"] = layer.Entry{Data: id.ServiceKey, Mode: 0o600}
+			boot, err := id.BootstrapCredential()
+			if err != nil {
+				return nil, err
+			}
+			files[layer.BootstrapCert] = layer.Entry{Data: boot.CertPEM, Mode: 0o644}
+			files[layer.BootstrapKey] = layer.Entry{Data: boot.KeyPEM, Mode: 0o600}
 			files[layer.TokenFile] = layer.Entry{Data: []byte(id.ServerToken() + "\n"), Mode: 0o600}
 			files[layer.AgentTokenFile] = layer.Entry{Data: []byte(id.AgentToken() + "\n"), Mode: 0o600}
 			k3sManifests, err := clusterObjects(res.Machines)
@@ -211,6 +217,12 @@ func clusterObjects(machines []*v1alpha1.Machine) (map[string][]byte, error) {
 			return nil, err
 		}
 		if err := add(bindings[i]); err != nil {
+			return nil, err
+		}
+	}
+	bcr, bcrb, br, brb := authority.BootstrapRBAC()
+	for _, o := range []any{bcr, bcrb, br, brb} {
+		if err := add(o); err != nil {
 			return nil, err
 		}
 	}

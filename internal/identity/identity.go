@@ -169,6 +169,11 @@ func (id *Identity) StandInNodeCredential(machine string) (pki.Pair, error) {
 	return id.credential("stand-in/"+machine, "system:node:"+machine, []string{"system:nodes"})
 }
 
+// BootstrapCredential returns the servers' bootstrap credential (authority.BootstrapUser).
+func (id *Identity) BootstrapCredential() (pki.Pair, error) {
+	return id.credential("bootstrap", authority.BootstrapUser, nil)
+}
+
 // AdminCredential returns a client certificate for an operator in system:masters.
 func (id *Identity) AdminCredential() (pki.Pair, error) {
 	return id.credential("admin", "liken-admin", []string{"system:masters"})

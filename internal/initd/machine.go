@@ -12,40 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"liken.dev/liken/api/v1alpha1"
-	"liken.dev/liken/internal/layer"
 )
-
-// readManifests reads the Cluster and Machines from an unpacked layer. liken layer checked
-// them with the API's rules and stored them with defaults applied; init only decodes them
-// (strictly), so it carries none of the API server's validation code.
-func readManifests(dir string) (*v1alpha1.Cluster, []*v1alpha1.Machine, error) {
-	b, err := os.ReadFile(filepath.Join(dir, layer.ClusterManifest))
-	if err != nil {
-		return nil, nil, err
-	}
-	cluster, err := layer.DecodeCluster(b)
-	if err != nil {
-		return nil, nil, err
-	}
-	entries, err := os.ReadDir(filepath.Join(dir, layer.MachinesDir))
-	if err != nil {
-		return nil, nil, err
-	}
-	var machines []*v1alpha1.Machine
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, layer.MachinesDir, e.Name()))
-		if err != nil {
-			return nil, nil, err
-		}
-		m, err := layer.DecodeMachine(layer.MachinesDir+"/"+e.Name(), b)
-		if err != nil {
-			return nil, nil, err
-		}
-		machines = append(machines, m)
-	}
-	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
-	return cluster, machines, nil
-}
 
 // pick finds this machine's manifest: the one whose match fits (a MAC of this machine, or
 // its DMI serial), else the one install bound the disk to. None or several is an error,

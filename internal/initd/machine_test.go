@@ -24,10 +24,10 @@ func TestReadManifestsIsStrict(t *testing.T) {
 			os.MkdirAll(filepath.Join(dir, layer.MachinesDir), 0o755)
 			os.WriteFile(filepath.Join(dir, layer.ClusterManifest), []byte(tt.cluster), 0o644)
 			os.WriteFile(filepath.Join(dir, layer.MachinesDir, "m1.yaml"), []byte(tt.machine), 0o644)
-			c, ms, err := readManifests(dir)
+			c, ms, err := layer.ReadManifests(dir)
 			if tt.want == "" {
 				if err != nil || c.Name != "liken" || len(ms) != 1 || ms[0].Name != "m1" {
-					t.Errorf("readManifests = %v, %v, %v", c, ms, err)
+					t.Errorf("ReadManifests = %v, %v, %v", c, ms, err)
 				}
 				return
 			}

@@ -196,7 +196,7 @@ func (s *system) readLayer() error {
 }
 
 func (s *system) pickMachine() error {
-	cluster, machines, err := readManifests(layerDir)
+	cluster, machines, err := layer.ReadManifests(layerDir)
 	if err != nil {
 		return err
 	}
@@ -273,6 +273,21 @@ func (s *system) prepareK3s() error {
 	if err := os.WriteFile(filepath.Join(likenState, "agent.kubeconfig"), kc, 0o600); err != nil {
 		return err
 	}
+	if s.machine.Spec.Role == v1alpha1.RoleServer {
+		// The bootstrap credential, which only creates the Cluster and Machines when absent.
+		cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.BootstrapCert))
+		key, err2 := os.ReadFile(filepath.Join(layerDir, layer.BootstrapKey))
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("the server layer lacks the bootstrap credential (build it again with this liken layer): %w", err)
+		}
+		kc, err := kubeconfig.Render(api, ca, cert, key)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(bootstrapKubeconfig, kc, 0o600); err != nil {
+			return err
+		}
+	}
 	// Registry Secrets live in the API; at boot k3s starts without their credentials and the
 	// agent adds them once it reads them.
 	out, err := k3s.Render(k3s.Input{Role: s.machine.Spec.Role, NodeName: s.machine.Name, Cluster: s.cluster.Spec, Join: s.join, Paths: paths, AllowMissingSecrets: true})
@@ -297,7 +312,10 @@ func (s *system) prepareK3s() error {
 	return nil
 }
 
-const standInKubeconfig = "/var/lib/liken/stand-in.kubeconfig"
+const (
+	standInKubeconfig   = "/var/lib/liken/stand-in.kubeconfig"
+	bootstrapKubeconfig = "/var/lib/liken/bootstrap.kubeconfig"
+)
 
 // standIn reports whether the root image carries liken's k3s stand-in instead of k3s.
 func standIn() bool {
@@ -338,7 +356,9 @@ func (s *system) run() error {
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
 		"--state-dir", likenState, "--join", s.join}
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
-		agentArgs = append(agentArgs, "--coordinator") // servers take part in the election
+		// Servers take part in the election, and make the Cluster and Machines from the
+		// layer where they are absent.
+		agentArgs = append(agentArgs, "--coordinator", "--bootstrap-kubeconfig", bootstrapKubeconfig, "--layer-dir", layerDir)
 	}
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: agentArgs,

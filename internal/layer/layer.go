@@ -64,6 +64,10 @@ const (
 	K3sManifestsDir = "k3s-manifests"
 	// StandInDir holds node certificates for liken's k3s stand-in (test layers only).
 	StandInDir = "stand-in"
+	// BootstrapCert and BootstrapKey are the servers' bootstrap credential
+	// (authority.BootstrapUser): it may only create the Cluster and Machines when absent.
+	BootstrapCert = "bootstrap/bootstrap.crt"
+	BootstrapKey  = "bootstrap/bootstrap.key"
 )
 
 // Entry is a file to pack: its content and permission bits.

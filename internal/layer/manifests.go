@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"sort"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -90,4 +93,37 @@ func orNone(s string) string {
 		return "(no apiVersion)"
 	}
 	return s
+}
+
+// ReadManifests reads the Cluster and the Machines (sorted by name) from a layer unpacked
+// into dir. liken layer checked them with the API's rules and stored them with defaults
+// applied; readers only decode them (strictly: DecodeCluster, DecodeMachine), so init
+// carries none of the API server's validation code.
+func ReadManifests(dir string) (*v1alpha1.Cluster, []*v1alpha1.Machine, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ClusterManifest))
+	if err != nil {
+		return nil, nil, err
+	}
+	cluster, err := DecodeCluster(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, MachinesDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	var machines []*v1alpha1.Machine
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, MachinesDir, e.Name()))
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := DecodeMachine(MachinesDir+"/"+e.Name(), b)
+		if err != nil {
+			return nil, nil, err
+		}
+		machines = append(machines, m)
+	}
+	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
+	return cluster, machines, nil
 }

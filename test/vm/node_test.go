@@ -125,8 +125,12 @@ func joinMachines(t *testing.T, opts apiserver.Options, machineYAMLs []string, e
 	if err := authority.Install(t.Context(), admin, names...); err != nil {
 		t.Fatal(err)
 	}
-	// Servers' agents run the reboot coordinator, which grants the turns.
+	// Servers' agents run the reboot coordinator, which grants the turns, and bootstrap
+	// (which finds the Cluster and Machines the test makes below).
 	if err := authority.InstallServers(t.Context(), admin, servers...); err != nil {
+		t.Fatal(err)
+	}
+	if err := authority.InstallBootstrap(t.Context(), admin); err != nil {
 		t.Fatal(err)
 	}
 	// The example Cluster's registry settings name these Secrets; the agent in the VM reads them.
@@ -240,6 +244,9 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	}
 	if !strings.Contains(vm.Console(), "liken-init: eth0: DHCP lease 10.0.2.15/24 from 10.0.2.2") {
 		t.Errorf("no DHCP lease from QEMU's DHCP server on the console")
+	}
+	if !strings.Contains(vm.Console(), `"msg":"bootstrap: done"`) {
+		t.Errorf("no bootstrap on the console (the server's agent makes the Cluster and Machines where absent)")
 	}
 	if !strings.Contains(vm.Console(), "liken-init: started k3s") {
 		t.Errorf("no k3s start on the console")

@@ -1,0 +1,146 @@
+// Package bootstrap makes a new cluster's Cluster and Machines from a server's deployment
+// layer. Every server runs it at every boot with a credential that may only read and
+// create them: it creates what is absent and never updates or deletes anything, so once
+// an object exists the API is authoritative and a later layer never reverts an operator's
+// edit; a server booting with a newer layer adds the Machines that are missing.
+//
+// The objects are not handed to k3s's auto-deploying manifests directory: k3s applies a
+// manifest file again whenever its content changes, which would overwrite the operators'
+// edits with the layer's.
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/event"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/layer"
+)
+
+// Config is what a bootstrap needs.
+type Config struct {
+	// REST is the bootstrap credential (authority.BootstrapRBAC).
+	REST *rest.Config
+	// LayerDir is the server's unpacked deployment layer.
+	LayerDir string
+	// Server names the machine bootstrapping, for the log and the Events.
+	Server string
+	Log    *slog.Logger
+	// Retry is the first wait between tries while the API server, or liken's CRDs in it,
+	// are not there yet; it doubles up to 15 seconds. Zero means one second.
+	Retry time.Duration
+}
+
+// Result says what a bootstrap did.
+type Result struct {
+	// Created names the objects created ("Cluster liken", "Machine worker-1"); Existing
+	// those that were there already and were left as they are.
+	Created, Existing []string
+}
+
+// Run creates the layer's Cluster and Machines that are absent, waiting as long as ctx
+// allows for the API server and liken's CRDs (k3s applies them from its manifests after
+// it starts), and records an Event on each object it created.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	var res Result
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Second
+	}
+	cluster, machines, err := layer.ReadManifests(cfg.LayerDir)
+	if err != nil {
+		return res, fmt.Errorf("reading the layer's manifests: %w", err)
+	}
+	lc, err := kube.NewClient(cfg.REST)
+	if err != nil {
+		return res, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return res, err
+	}
+	events := event.New(event.Config{Events: kc.CoreV1().Events(authority.EventNamespace), Namespace: authority.EventNamespace,
+		Scheme: kube.Scheme, Source: corev1.EventSource{Component: "liken-bootstrap", Host: cfg.Server}, Log: cfg.Log})
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	go events.Run(sendCtx)
+
+	objects := []runtime.Object{cluster}
+	for _, m := range machines {
+		objects = append(objects, m)
+	}
+	for _, o := range objects {
+		what, made, err := create(ctx, cfg, lc, o)
+		if err != nil {
+			return res, err
+		}
+		if made == nil {
+			res.Existing = append(res.Existing, what)
+			continue
+		}
+		res.Created = append(res.Created, what)
+		cfg.Log.Info("bootstrap: created from the deployment layer", "object", what, "server", cfg.Server)
+		events.Eventf(made, corev1.EventTypeNormal, "Bootstrapped", "%s created by server %s from its deployment layer; from now on the API is authoritative: later layers never change it", what, cfg.Server)
+	}
+	cfg.Log.Info("bootstrap: done", "created", res.Created, "existing", len(res.Existing))
+	// The Events go out before returning (bounded: an API server that went away again does
+	// not hold the server's boot).
+	flushCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	events.Flush(flushCtx)
+	return res, nil
+}
+
+// create makes o unless it exists, trying again while the API server or the CRDs are not
+// there yet; it returns the object made (nil when it existed).
+func create(ctx context.Context, cfg Config, lc *kube.Client, o runtime.Object) (string, runtime.Object, error) {
+	wait := cfg.Retry
+	var what string
+	for {
+		var made runtime.Object
+		var err error
+		switch o := o.(type) {
+		case *v1alpha1.Cluster:
+			what = "Cluster " + o.Name
+			c := o.DeepCopy()
+			c.ResourceVersion, c.Status = "", v1alpha1.ClusterStatus{}
+			made, err = lc.CreateCluster(ctx, c)
+		case *v1alpha1.Machine:
+			what = "Machine " + o.Name
+			m := o.DeepCopy()
+			m.ResourceVersion, m.Status = "", v1alpha1.MachineStatus{}
+			made, err = lc.CreateMachine(ctx, m)
+		}
+		switch {
+		case err == nil:
+			return what, made, nil
+		case apierrors.IsAlreadyExists(err):
+			return what, nil, nil
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			// Waiting would not change these.
+			return what, nil, fmt.Errorf("creating %s: %w", what, err)
+		}
+		// Not yet: the API server starting, liken's CRDs or the bootstrap credential's RBAC
+		// not applied from k3s's manifests yet (Forbidden until then).
+		cfg.Log.Info("bootstrap: the API server, liken's CRDs or the bootstrap RBAC are not ready yet; trying again", "object", what, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return what, nil, fmt.Errorf("creating %s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 15*time.Second)
+	}
+}

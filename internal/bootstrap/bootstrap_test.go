@@ -1,0 +1,187 @@
+package bootstrap
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/identity"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/test/apiserver"
+)
+
+var env *apiserver.Env
+
+func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "bootstrap", apiserver.Options{}, &env)) }
+
+// serverLayer builds the server layer from the example manifests (and extra Machine
+// manifests), as liken layer does, and unpacks it as init does.
+func serverLayer(t *testing.T, extra map[string]string) string {
+	t.Helper()
+	src := t.TempDir()
+	examples := filepath.Join("..", "..", "docs", "examples")
+	entries, err := os.ReadDir(examples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(examples, e.Name()))
+		os.WriteFile(filepath.Join(src, e.Name()), b, 0o644)
+	}
+	for name, y := range extra {
+		os.WriteFile(filepath.Join(src, name), []byte(y), 0o644)
+	}
+	docs, err := manifest.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(out, "identity"), OutDir: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(res.Layers[v1alpha1.RoleServer])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dir := filepath.Join(t.TempDir(), "layer")
+	if _, err := layer.Unpack(f, dir, layer.DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+const agent3 = `apiVersion: liken.dev/v1alpha1
+kind: Machine
+metadata:
+  name: agent-3
+spec:
+  role: agent
+  match:
+    serial: "CZ2026AB99"
+`
+
+// TestBootstrap: a server's bootstrap waits while its credential's RBAC is not there yet
+// (k3s applies it from its manifests after it starts), then creates the Cluster and every
+// Machine, each with an Event. After operators' edits, a server with a newer layer (one
+// more Machine) creates that Machine alone, and every edit stands. The credential can do
+// nothing else.
+func TestBootstrap(t *testing.T) {
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.UserConfig(authority.BootstrapUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := serverLayer(t, nil)
+	_, machines, err := layer.ReadManifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The RBAC lands two seconds after the bootstrap starts.
+	go func() {
+		time.Sleep(2 * time.Second)
+		if err := authority.InstallBootstrap(context.Background(), admin); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	res, err := Run(ctx, Config{REST: cfg, LayerDir: dir, Server: "server-1", Retry: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 2*time.Second {
+		t.Errorf("the bootstrap finished in %s, before its RBAC existed", time.Since(start))
+	}
+	want := []string{"Cluster " + v1alpha1.ClusterName}
+	for _, m := range machines {
+		want = append(want, "Machine "+m.Name)
+	}
+	if !slices.Equal(res.Created, want) || len(res.Existing) != 0 {
+		t.Fatalf("created %v, found %v; want %v created", res.Created, res.Existing, want)
+	}
+	for _, name := range []string{"server-1", "agent-2"} {
+		list, err := admin.CoreV1().Events(authority.EventNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=Bootstrapped"})
+		if err != nil || len(list.Items) != 1 || !strings.Contains(list.Items[0].Message, "created by server server-1") {
+			t.Errorf("Bootstrapped Event of Machine %s: %v %+v", name, err, list)
+		}
+	}
+	m, err := lc.Machine(ctx, "agent-2")
+	if err != nil || m.Spec.Version != "2026.08.03-001" || m.Spec.RebootPolicy == nil || *m.Spec.RebootPolicy != v1alpha1.RebootAuto {
+		t.Errorf("agent-2 as created: %+v %v", m, err)
+	}
+
+	// Operators edit the Cluster and a Machine.
+	c, err := lc.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.KernelArgs = append(c.Spec.KernelArgs, "operator.edit=1")
+	if _, err := lc.UpdateCluster(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"example.com/edited": "by-an-operator"}
+	if _, err := lc.UpdateMachine(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// A server boots with a newer layer: one more Machine.
+	res, err = Run(ctx, Config{REST: cfg, LayerDir: serverLayer(t, map[string]string{"agent-3.yaml": agent3}), Server: "server-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Created, []string{"Machine agent-3"}) || len(res.Existing) != len(want) {
+		t.Errorf("the second bootstrap created %v and found %d; want agent-3 alone created", res.Created, len(res.Existing))
+	}
+	if c, _ := lc.Cluster(ctx); !slices.Contains(c.Spec.KernelArgs, "operator.edit=1") {
+		t.Errorf("the operator's edit of the Cluster was undone: %v", c.Spec.KernelArgs)
+	}
+	if m, _ := lc.Machine(ctx, "agent-2"); m.Spec.NodeLabels["example.com/edited"] != "by-an-operator" {
+		t.Errorf("the operator's edit of agent-2 was undone: %v", m.Spec.NodeLabels)
+	}
+
+	// Least privilege: no update, no delete, no Secrets, no Nodes.
+	blc, err := kube.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bkc := kubernetes.NewForConfigOrDie(cfg)
+	c, _ = lc.Cluster(ctx)
+	c.Spec.KernelArgs = nil
+	for what, err := range map[string]error{
+		"update the Cluster": func() error { _, err := blc.UpdateCluster(ctx, c); return err }(),
+		"delete a Machine":   blc.DeleteMachine(ctx, "agent-3"),
+		"read Secrets": func() error {
+			_, err := bkc.CoreV1().Secrets(v1alpha1.SecretNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"list Machines": func() error { _, err := blc.Machines(ctx); return err }(),
+		"update a Node": func() error {
+			_, err := bkc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, metav1.CreateOptions{})
+			return err
+		}(),
+		"write Cluster status": func() error { _, err := blc.UpdateClusterStatus(ctx, c); return err }(),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the bootstrap credential may %s: %v", what, err)
+		}
+	}
+}
