@@ -220,6 +220,21 @@ func TestKilledAfterEachStep(t *testing.T) {
 	}
 }
 
+// running boots and starts a sim of an agent machine on boot control boot and waits until
+// it runs its release with no reboot under way; the sim stops when the test ends.
+func (f *fixture) running(t *testing.T, name string, boot *fakeBoot) *sim {
+	t.Helper()
+	s := newSim(t, name, v1alpha1.RoleAgent)
+	s.bootCtl = boot
+	s.boot(t, f)
+	s.start(t)
+	t.Cleanup(func() { s.stop() })
+	f.waitFor(t, name, "running", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+	return s
+}
+
 // TestNoRebootLoop (scenario 6): a machine under rebootPolicy Auto whose reboot did not
 // take its change (init applied no disk layout: today it applies none, and it will leave
 // alone a disk that holds something else) still reports the change pending after its
@@ -228,14 +243,7 @@ func TestKilledAfterEachStep(t *testing.T) {
 func TestNoRebootLoop(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"loop1": v1alpha1.RoleAgent})
 	boot := f.bootedOnClusterRelease(t)
-	s := newSim(t, "loop1", v1alpha1.RoleAgent)
-	s.bootCtl = boot
-	s.boot(t, f)
-	s.start(t)
-	defer func() { s.stop() }()
-	f.waitFor(t, "loop1", "running", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone
-	})
+	s := f.running(t, "loop1", boot)
 	f.editMachine("loop1", func(m *v1alpha1.Machine) {
 		m.Spec.RebootPolicy = ptr(v1alpha1.RebootAuto)
 		m.Spec.Disks = []v1alpha1.Disk{{Device: "/dev/disk/by-id/virtio-data", Partitions: []v1alpha1.Partition{{Label: "data", MountPoint: "/var/mnt/data"}}}}
@@ -273,14 +281,7 @@ func TestNoRebootLoop(t *testing.T) {
 func TestStaleApprovalNeverApplies(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"stale1": v1alpha1.RoleAgent})
 	boot := f.bootedOnClusterRelease(t)
-	s := newSim(t, "stale1", v1alpha1.RoleAgent)
-	s.bootCtl = boot
-	s.boot(t, f)
-	s.start(t)
-	defer func() { s.stop() }()
-	f.waitFor(t, "stale1", "running", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone
-	})
+	s := f.running(t, "stale1", boot)
 	network := func(ifaces ...string) {
 		f.editMachine("stale1", func(m *v1alpha1.Machine) {
 			m.Spec.Network = &v1alpha1.MachineNetwork{}

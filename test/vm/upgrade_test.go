@@ -43,17 +43,7 @@ func (j *joined) waitMachine(t *testing.T, what string, timeout time.Duration, o
 
 func (j *joined) editMachine(t *testing.T, edit func(*v1alpha1.Machine)) {
 	t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		m, err := j.lc.Machine(t.Context(), "vm-1")
-		if err != nil {
-			return err
-		}
-		edit(m)
-		_, err = j.lc.UpdateMachine(t.Context(), m)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	j.editNamed(t, "vm-1", edit)
 }
 
 func (j *joined) editCluster(t *testing.T, edit func(*v1alpha1.Cluster)) {
