@@ -11,7 +11,9 @@
 // Node are reported Running and Ready; a pod being deleted goes once its grace period
 // has passed). What it does not do: run containers (so no pod really runs, probes never
 // run, no container ever fails), pull images, mount volumes, run kube-proxy or a CNI,
-// serve an API, form a cluster.
+// serve an API, form a cluster. deploy.go applies a manifests directory as k3s's deploy
+// controller does, for the control plane the stand-in server is to run; it is not wired in
+// yet (today the stand-in registers with an API server the test runs).
 //
 // Settings only the stand-in has come from the environment:
 //
