@@ -249,44 +249,59 @@ func upsert(ctx context.Context, name string, create, update func() error) error
 // Cluster and the Machines from the layer when they are absent (internal/bootstrap).
 const BootstrapUser = "liken:bootstrap"
 
-// BootstrapRBAC is all the bootstrap credential may do: read and create the Cluster and
-// Machines (never update or delete them: after bootstrap the API is authoritative), and
-// record Events about them.
-func BootstrapRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding) {
+// BootstrapRBAC is all the bootstrap credential may do: create the Cluster and Machines
+// (never update or delete them: after bootstrap the API is authoritative), read and create
+// the ConfigMaps in liken-system that record what was bootstrapped (so a deleted Machine is
+// not made again), and record Events.
+func BootstrapRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, []*rbacv1.Role, []*rbacv1.RoleBinding) {
 	g := v1alpha1.GroupVersion.Group
 	labels := map[string]string{"app.kubernetes.io/managed-by": "liken"}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: "rbac.authorization.k8s.io", Name: BootstrapUser}}
+	roles := []*rbacv1.Role{{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: EventNamespace, Labels: labels},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}},
+	}, {
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: v1alpha1.SecretNamespace, Labels: labels},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create"}}},
+	}}
+	var bindings []*rbacv1.RoleBinding
+	for _, r := range roles {
+		bindings = append(bindings, &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: r.Namespace, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: BootstrapUser},
+			Subjects:   subjects,
+		})
+	}
 	return &rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Labels: labels},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{g}, Resources: []string{"clusters", "machines"}, Verbs: []string{"get", "create"}},
-			},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{g}, Resources: []string{"clusters", "machines"}, Verbs: []string{"create"}}},
 		}, &rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
 			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Labels: labels},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: BootstrapUser},
 			Subjects:   subjects,
-		}, &rbacv1.Role{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: EventNamespace, Labels: labels},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
-			},
-		}, &rbacv1.RoleBinding{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-			ObjectMeta: metav1.ObjectMeta{Name: BootstrapUser, Namespace: EventNamespace, Labels: labels},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: BootstrapUser},
-			Subjects:   subjects,
-		}
+		}, roles, bindings
 }
 
 // InstallBootstrap creates or updates the bootstrap credential's RBAC (k3s applies it from
 // the server layer's manifests; tests install it directly).
 func InstallBootstrap(ctx context.Context, kube kubernetes.Interface) error {
-	cr, crb, r, rb := BootstrapRBAC()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SecretNamespace}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	cr, crb, roles, bindings := BootstrapRBAC()
 	if err := applyClusterRole(ctx, kube, cr, crb); err != nil {
 		return err
 	}
-	return applyRole(ctx, kube, r, rb)
+	for i := range roles {
+		if err := applyRole(ctx, kube, roles[i], bindings[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -42,6 +43,27 @@ type Config struct {
 	Retry time.Duration
 }
 
+// recordName is the ConfigMap that records an object was bootstrapped.
+func recordName(o runtime.Object) string {
+	switch o := o.(type) {
+	case *v1alpha1.Cluster:
+		return "bootstrapped-cluster-" + o.Name
+	case *v1alpha1.Machine:
+		return "bootstrapped-machine-" + o.Name
+	}
+	return ""
+}
+
+func objectName(o runtime.Object) string {
+	switch o := o.(type) {
+	case *v1alpha1.Cluster:
+		return "Cluster " + o.Name
+	case *v1alpha1.Machine:
+		return "Machine " + o.Name
+	}
+	return ""
+}
+
 // Result says what a bootstrap did.
 type Result struct {
 	// Created names the objects created ("Cluster liken", "Machine worker-1"); Existing
@@ -49,7 +71,7 @@ type Result struct {
 	Created, Existing []string
 }
 
-// Run creates the layer's Cluster and Machines that are absent, waiting as long as ctx
+// Run creates the layer's Cluster and Machines that are absent and were never bootstrapped, waiting as long as ctx
 // allows for the API server and liken's CRDs (k3s applies them from its manifests after
 // it starts), and records an Event on each object it created.
 func Run(ctx context.Context, cfg Config) (Result, error) {
@@ -83,7 +105,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		objects = append(objects, m)
 	}
 	for _, o := range objects {
-		what, made, err := create(ctx, cfg, lc, o)
+		what, made, err := create(ctx, cfg, lc, kc, o)
 		if err != nil {
 			return res, err
 		}
@@ -106,12 +128,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 // create makes o unless it exists, trying again while the API server or the CRDs are not
 // there yet; it returns the object made (nil when it existed).
-func create(ctx context.Context, cfg Config, lc *kube.Client, o runtime.Object) (string, runtime.Object, error) {
+//
+// Each object made (or found) is recorded in a ConfigMap of its own in liken-system, made
+// once and never changed: an object an operator deleted after it was bootstrapped is not
+// made again by the next boot of a server.
+func create(ctx context.Context, cfg Config, lc *kube.Client, kc kubernetes.Interface, o runtime.Object) (string, runtime.Object, error) {
 	wait := cfg.Retry
 	var what string
 	for {
 		var made runtime.Object
 		var err error
+		record := recordName(o)
+		cms := kc.CoreV1().ConfigMaps(v1alpha1.SecretNamespace)
+		_, err = cms.Get(ctx, record, metav1.GetOptions{})
+		if err == nil {
+			return objectName(o), nil, nil // bootstrapped before: left as it is, or as deleted
+		}
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
 		switch o := o.(type) {
 		case *v1alpha1.Cluster:
 			what = "Cluster " + o.Name
@@ -124,11 +159,20 @@ func create(ctx context.Context, cfg Config, lc *kube.Client, o runtime.Object) 
 			m.ResourceVersion, m.Status = "", v1alpha1.MachineStatus{}
 			made, err = lc.CreateMachine(ctx, m)
 		}
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			rec := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: record, Namespace: v1alpha1.SecretNamespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "liken"}},
+				Data: map[string]string{"object": what, "server": cfg.Server}}
+			if _, rerr := cms.Create(ctx, rec, metav1.CreateOptions{}); rerr == nil || apierrors.IsAlreadyExists(rerr) {
+				if apierrors.IsAlreadyExists(err) {
+					made = nil
+				}
+				return what, made, nil
+			} else {
+				err = rerr
+			}
+		}
 		switch {
-		case err == nil:
-			return what, made, nil
-		case apierrors.IsAlreadyExists(err):
-			return what, nil, nil
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			// Waiting would not change these.
 			return what, nil, fmt.Errorf("creating %s: %w", what, err)

@@ -158,6 +158,18 @@ func TestBootstrap(t *testing.T) {
 		t.Errorf("the operator's edit of agent-2 was undone: %v", m.Spec.NodeLabels)
 	}
 
+	// An operator deletes a bootstrapped Machine: no later bootstrap makes it again.
+	if err := lc.DeleteMachine(ctx, "agent-3"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Run(ctx, Config{REST: cfg, LayerDir: serverLayer(t, map[string]string{"agent-3.yaml": agent3}), Server: "server-3"})
+	if err != nil || len(res.Created) != 0 {
+		t.Errorf("a bootstrap after agent-3 was deleted created %v (%v)", res.Created, err)
+	}
+	if _, err := lc.Machine(ctx, "agent-3"); !apierrors.IsNotFound(err) {
+		t.Errorf("the deleted Machine agent-3 was made again: %v", err)
+	}
+
 	// Least privilege: no update, no delete, no Secrets, no Nodes.
 	blc, err := kube.NewClient(cfg)
 	if err != nil {
@@ -174,7 +186,7 @@ func TestBootstrap(t *testing.T) {
 			return err
 		}(),
 		"list Machines": func() error { _, err := blc.Machines(ctx); return err }(),
-		"update a Node": func() error {
+		"create a Node": func() error {
 			_, err := bkc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, metav1.CreateOptions{})
 			return err
 		}(),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
@@ -78,14 +79,21 @@ before.`
 		if !apirelease.ValidVersion(version) {
 			return usageErr("%q is not a release version such as 2026.07.20-001", version)
 		}
-		if pin != "" && !strings.HasPrefix(pin, "sha256:") {
+		if pin != "" && !apirelease.ValidDigest(pin) {
 			return usageErr("--pin takes a release digest, sha256:<64 hex digits>")
 		}
 		lc, _, err := k.liken("")
 		if err != nil {
 			return err
 		}
-		changes, err := setVersion(cmd, lc, up, version, pin, machines)
+		// Agents and the coordinator write the objects' status often during a rollout: a
+		// write refused for that is made again from a fresh read, checks and all.
+		var changes []versionChange
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var err error
+			changes, err = setVersion(cmd, lc, up, version, pin, machines)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -184,7 +192,7 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 	}
 	conflict := func(what string, err error) error {
 		if apierrors.IsConflict(err) {
-			return fmt.Errorf("the %s changed while it was being written; look at it again and run the command again", what)
+			return fmt.Errorf("the %s changed while it was being written; look at it again and run the command again: %w", what, err)
 		}
 		return fmt.Errorf("writing the %s: %w", what, err)
 	}

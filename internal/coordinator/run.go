@@ -461,7 +461,9 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		}
 		return
 	}
-	gone, err := c.updateTurn(ctx, t, func(st *v1alpha1.ClusterStatus, i int) error {
+	// The first try may start from the cache only when the change has no side effect (the
+	// blocked path uncordons before its write).
+	gone, err := c.updateTurn(ctx, t, out.drained, func(st *v1alpha1.ClusterStatus, i int) error {
 		if out.drained {
 			st.Turns[i].Phase = v1alpha1.TurnDrained
 			return nil
@@ -522,12 +524,12 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 // updateTurn changes the turn t in a fresh read of the Cluster and writes it, as long as
 // the turn is still there as given (same machine, pending set and phase); on a conflict
 // it reads and tries again.
-func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, change func(st *v1alpha1.ClusterStatus, i int) error) (gone bool, err error) {
-	// The first try starts from the cache, which is usually current: the write is
-	// conditional on its resourceVersion, so a stale one costs a conflict and a read, and
-	// a turn the cache no longer shows is read again before it counts as gone.
+func (c *Coordinator) updateTurn(ctx context.Context, t v1alpha1.Turn, fromCache bool, change func(st *v1alpha1.ClusterStatus, i int) error) (gone bool, err error) {
+	// With fromCache, the first try starts from the cache, which is usually current: the
+	// write is conditional on its resourceVersion, so a stale one costs a conflict and a
+	// read, and a turn the cache no longer shows is read again before it counts as gone.
 	var cl *v1alpha1.Cluster
-	if o, ok, _ := c.clusters.GetByKey(v1alpha1.ClusterName); ok && hasTurn(o.(*v1alpha1.Cluster), t) {
+	if o, ok, _ := c.clusters.GetByKey(v1alpha1.ClusterName); fromCache && ok && hasTurn(o.(*v1alpha1.Cluster), t) {
 		cl = o.(*v1alpha1.Cluster)
 	}
 	for {

@@ -220,8 +220,8 @@ func clusterObjects(machines []*v1alpha1.Machine) (map[string][]byte, error) {
 			return nil, err
 		}
 	}
-	bcr, bcrb, br, brb := authority.BootstrapRBAC()
-	for _, o := range []any{bcr, bcrb, br, brb} {
+	bcr, bcrb, broles, bbindings := authority.BootstrapRBAC()
+	for _, o := range []any{bcr, bcrb, broles[0], bbindings[0], broles[1], bbindings[1]} {
 		if err := add(o); err != nil {
 			return nil, err
 		}

@@ -278,14 +278,18 @@ func (s *system) prepareK3s() error {
 		cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.BootstrapCert))
 		key, err2 := os.ReadFile(filepath.Join(layerDir, layer.BootstrapKey))
 		if err := errors.Join(err1, err2); err != nil {
-			return fmt.Errorf("the server layer lacks the bootstrap credential (build it again with this liken layer): %w", err)
-		}
-		kc, err := kubeconfig.Render(api, ca, cert, key)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(bootstrapKubeconfig, kc, 0o600); err != nil {
-			return err
+			// A layer installed before bootstrap existed: its cluster is up already, and a
+			// release upgrade must not fail its boot for want of it.
+			fmt.Fprintf(s.log, "liken-init: the server layer has no bootstrap credential (a layer from before it): no bootstrap\n")
+		} else {
+			kc, err := kubeconfig.Render(api, ca, cert, key)
+			if err != nil {
+				return err
+			}
+			// In tmpfs, as the layer: the key is not kept twice on disk.
+			if err := writeFile0600(bootstrapKubeconfig, kc); err != nil {
+				return err
+			}
 		}
 	}
 	// Registry Secrets live in the API; at boot k3s starts without their credentials and the
@@ -314,7 +318,7 @@ func (s *system) prepareK3s() error {
 
 const (
 	standInKubeconfig   = "/var/lib/liken/stand-in.kubeconfig"
-	bootstrapKubeconfig = "/var/lib/liken/bootstrap.kubeconfig"
+	bootstrapKubeconfig = "/run/liken/bootstrap.kubeconfig"
 )
 
 // standIn reports whether the root image carries liken's k3s stand-in instead of k3s.
@@ -358,7 +362,10 @@ func (s *system) run() error {
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
 		// Servers take part in the election, and make the Cluster and Machines from the
 		// layer where they are absent.
-		agentArgs = append(agentArgs, "--coordinator", "--bootstrap-kubeconfig", bootstrapKubeconfig, "--layer-dir", layerDir)
+		agentArgs = append(agentArgs, "--coordinator")
+		if _, err := os.Stat(bootstrapKubeconfig); err == nil {
+			agentArgs = append(agentArgs, "--bootstrap-kubeconfig", bootstrapKubeconfig, "--layer-dir", layerDir)
+		}
 	}
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: agentArgs,
@@ -498,4 +505,11 @@ func reap() {
 func readTrim(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(bytes.TrimSpace(b))
+}
+
+func writeFile0600(p string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(p, b, 0o600)
 }

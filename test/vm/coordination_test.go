@@ -346,9 +346,14 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 		c.Spec.DisruptionBudget.MaxUnavailable = &one
 	})
 	autoStart := time.Now()
-	for _, n := range []string{"vm-1", "vm-2"} {
-		j.editNamed(t, n, searchDomain("auto.liken.test"))
-	}
+	// vm-2 first, and waiting, before vm-1 (the coordinator's machine) asks: "last" orders
+	// the machines that wait together.
+	j.editNamed(t, "vm-2", searchDomain("auto.liken.test"))
+	j.waitFleet(t, "vm-2", "asking for its turn", 3*time.Minute, func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		s := m.Status.Reboot.State
+		return hasPending(m, "machine.spec.network") && s != v1alpha1.RebootNone && s != v1alpha1.RebootWaitingForApproval
+	})
+	j.editNamed(t, "vm-1", searchDomain("auto.liken.test"))
 	for _, n := range []string{"vm-2", "vm-1"} {
 		j.waitFleet(t, n, "back from its Auto reboot with nothing pending", 10*time.Minute, j.settled)
 	}
