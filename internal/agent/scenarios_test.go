@@ -205,9 +205,7 @@ func TestKilledAfterEachStep(t *testing.T) {
 				s.wrap = nil
 			}
 			// The machine goes down and comes back, the staged network applied by init.
-			s.stop()
-			boot.boot("boot-2", "A", false, "")
-			s.start(t)
+			s.comeBack(t, boot, "boot-2")
 			defer s.stop()
 			f.settledAfterReboot(t, name)
 			if !f.podGone(name + "-web") {
@@ -219,6 +217,15 @@ func TestKilledAfterEachStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// comeBack is the machine going down and booting again (as boot id, on slot A, with what
+// init applies at boot applied), its agent starting anew.
+func (s *sim) comeBack(t *testing.T, boot *fakeBoot, id string) {
+	t.Helper()
+	s.stop()
+	boot.boot(id, "A", false, "")
+	s.start(t)
 }
 
 // running boots and starts a sim of an agent machine on boot control boot and waits until
@@ -250,9 +257,7 @@ func TestNoRebootLoop(t *testing.T) {
 		m.Spec.Disks = []v1alpha1.Disk{{Device: "/dev/disk/by-id/virtio-data", Partitions: []v1alpha1.Partition{{Label: "data", MountPoint: "/var/mnt/data"}}}}
 	})
 	f.waitReboots(t, "loop1", boot, 1, "the reboot for the disk")
-	s.stop()
-	boot.boot("boot-2", "A", false, "")
-	s.start(t)
+	s.comeBack(t, boot, "boot-2")
 	f.waitFor(t, "loop1", "the change still pending, waiting for an operator", func(m *v1alpha1.Machine, n *corev1.Node) bool {
 		return hasPending(m, "machine.spec.disks") && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval &&
 			strings.Contains(m.Status.Reboot.Message, "happened already") && f.turnOf("loop1") == nil && !n.Spec.Unschedulable
@@ -263,9 +268,7 @@ func TestNoRebootLoop(t *testing.T) {
 	}
 	approve(f, "loop1")
 	f.waitReboots(t, "loop1", boot, 2, "the approved second try")
-	s.stop()
-	boot.boot("boot-3", "A", false, "")
-	s.start(t)
+	s.comeBack(t, boot, "boot-3")
 	f.waitFor(t, "loop1", "waiting for an operator again", func(m *v1alpha1.Machine, n *corev1.Node) bool {
 		return m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && f.turnOf("loop1") == nil && !n.Spec.Unschedulable
 	})
@@ -329,9 +332,7 @@ func TestStaleApprovalNeverApplies(t *testing.T) {
 	}
 	approveHash(second)
 	f.waitReboots(t, "stale1", boot, 1, "the reboot approved for the current set")
-	s.stop()
-	boot.boot("boot-2", "A", false, "")
-	s.start(t)
+	s.comeBack(t, boot, "boot-2")
 	f.settledAfterReboot(t, "stale1")
 	// The used approval stays in the spec: a later change is not approved by it.
 	network("eth1")
@@ -451,9 +452,7 @@ func TestCoordinatorHandsOverItsLease(t *testing.T) {
 	if boots["lead1"].rebootCount() != 0 {
 		t.Fatal("the coordinator's machine lead1 rebooted before lead2")
 	}
-	sims["lead2"].stop()
-	boots["lead2"].boot("boot-2", "A", false, "")
-	sims["lead2"].start(t)
+	sims["lead2"].comeBack(t, boots["lead2"], "boot-2")
 	f.settledAfterReboot(t, "lead2")
 	// lead1's turn: its agent stops as the machine goes down and gives the Lease up.
 	f.waitReboots(t, "lead1", boots["lead1"], 1, "lead1's reboot")

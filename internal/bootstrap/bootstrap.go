@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // made again by the next boot of a server.
 func create(ctx context.Context, cfg Config, lc *kube.Client, kc kubernetes.Interface, o runtime.Object) (string, runtime.Object, error) {
 	wait := cfg.Retry
-	var what string
+	what := objectName(o)
 	for {
 		var made runtime.Object
 		var err error
@@ -142,19 +142,17 @@ func create(ctx context.Context, cfg Config, lc *kube.Client, kc kubernetes.Inte
 		cms := kc.CoreV1().ConfigMaps(v1alpha1.SecretNamespace)
 		_, err = cms.Get(ctx, record, metav1.GetOptions{})
 		if err == nil {
-			return objectName(o), nil, nil // bootstrapped before: left as it is, or as deleted
+			return what, nil, nil // bootstrapped before: left as it is, or as deleted
 		}
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
 		switch o := o.(type) {
 		case *v1alpha1.Cluster:
-			what = "Cluster " + o.Name
 			c := o.DeepCopy()
 			c.ResourceVersion, c.Status = "", v1alpha1.ClusterStatus{}
 			made, err = lc.CreateCluster(ctx, c)
 		case *v1alpha1.Machine:
-			what = "Machine " + o.Name
 			m := o.DeepCopy()
 			m.ResourceVersion, m.Status = "", v1alpha1.MachineStatus{}
 			made, err = lc.CreateMachine(ctx, m)
