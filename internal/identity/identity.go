@@ -1,11 +1,9 @@
 package identity
 
 import (
-	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
@@ -46,7 +44,7 @@ const caLifetime = 10 * 365 * 24 * time.Hour // as k3s's own CAs
 func LoadOrCreateIdentity(dir string) (*Identity, error) {
 	id := &Identity{dir: dir, CAs: map[string]*pki.CA{}}
 	for _, name := range caFiles {
-		ca, err := loadCA(dir, name)
+		ca, err := pki.LoadCA(dir, name)
 		if errors.Is(err, os.ErrNotExist) {
 			if ca, err = pki.NewCA("liken-"+strings.ReplaceAll(name, "/", "-")+"@"+time.Now().UTC().Format("20060102"), caLifetime); err == nil {
 				err = saveCA(dir, name, ca)
@@ -71,30 +69,6 @@ func LoadOrCreateIdentity(dir string) (*Identity, error) {
 	}
 	id.AgentPassword = strings.TrimSpace(string(pw))
 	return id, nil
-}
-
-func loadCA(dir, name string) (*pki.CA, error) {
-	certPEM, err := os.ReadFile(filepath.Join(dir, name+".crt"))
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := os.ReadFile(filepath.Join(dir, name+".key"))
-	if err != nil {
-		return nil, fmt.Errorf("%s.crt without its key: %w", name, err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	cert, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		return nil, err
-	}
-	key, ok := pair.PrivateKey.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("%s.key: not a signing key", name)
-	}
-	return &pki.CA{Cert: cert, Key: key}, nil
 }
 
 func saveCA(dir, name string, ca *pki.CA) error {

@@ -8,6 +8,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -15,6 +16,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -143,4 +146,29 @@ func serial() *big.Int {
 		panic(fmt.Sprintf("reading random serial: %v", err))
 	}
 	return n
+}
+
+// LoadCA reads dir/NAME.crt and dir/NAME.key, as k3s keeps its CAs in server/tls.
+func LoadCA(dir, name string) (*CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, name+".crt"))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, name+".key"))
+	if err != nil {
+		return nil, fmt.Errorf("%s.crt without its key: %w", name, err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	key, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%s.key: not a signing key", name)
+	}
+	return &CA{Cert: cert, Key: key}, nil
 }

@@ -534,14 +534,14 @@ func (e *Env) killAll() {
 	}
 }
 
-// pickPort is freePort; a test replaces it to lose the race for a port on purpose.
-var pickPort = freePort
+// pickPort is FreePort; a test replaces it to lose the race for a port on purpose.
+var pickPort = FreePort
 
-// freePort returns a loopback port nothing listens on now. It is picked at random below
+// FreePort returns a loopback port nothing listens on now. It is picked at random below
 // Linux's ephemeral range (32768 and up by default), where the kernel gives no port to
-// an outgoing connection or to a listener on port 0, so only another freePort (in another
+// an outgoing connection or to a listener on port 0, so only another FreePort (in another
 // test package) can take it before the server binds it; Start copes with that rare case.
-func freePort() int {
+func FreePort() int {
 	for range 1000 {
 		port := 10000 + rand.IntN(32768-10000)
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))

@@ -130,9 +130,9 @@ func TestStartAgainWhenPortTaken(t *testing.T) {
 		if calls == 3 { // etcd's client and peer ports come first, then kube-apiserver's
 			return takenPort
 		}
-		return freePort()
+		return FreePort()
 	}
-	defer func() { pickPort = freePort }()
+	defer func() { pickPort = FreePort }()
 
 	env, err := Start(t.Context(), Options{})
 	if err != nil {

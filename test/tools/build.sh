@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the upstream components liken's API-tier tests run against (kube-apiserver,
-# kube-controller-manager, kubectl, etcd) from the Go module proxy into test/tools/bin, unless
+# kube-controller-manager, kube-scheduler, kubectl, etcd) from the Go module proxy into test/tools/bin, unless
 # they are already there for the same go.mod/go.sum. Safe to run concurrently (flock).
-# Static builds (CGO_ENABLED=0) so the same binaries also run inside liken's VMs.
+# Static builds (CGO_ENABLED=0) so the same binaries also run inside liken's VMs (the k3s
+# stand-in's control plane carries them in its release), stripped (-s -w) to keep slots small.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin="$here/bin"
@@ -22,7 +23,7 @@ build() { # build MODULE_DIR PACKAGE...
 	fi
 	echo "building $* (first build takes about 15 minutes on 2 cores) ..." >&2
 	local start=$SECONDS
-	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -o "$bin/" "$@")
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bin/" "$@")
 	echo "$want" >"$stamp"
 	echo "built $(basename "$dir") tools in $((SECONDS - start))s" >&2
 	if [ -n "${LIKEN_TEST_REPORT:-}" ]; then
@@ -31,4 +32,8 @@ build() { # build MODULE_DIR PACKAGE...
 }
 
 build "$here/etcd" liken.dev/liken/test/tools/etcd
-build "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+build "$here/kube" liken.dev/liken/test/tools/kube/kube-control-plane k8s.io/kubernetes/cmd/kubectl
+# kube-control-plane is the three control-plane programs in one, chosen by the name it runs as.
+for c in kube-apiserver kube-controller-manager kube-scheduler; do
+	ln -sfn kube-control-plane "$bin/$c"
+done

@@ -1,0 +1,269 @@
+package standin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"liken.dev/liken/internal/identity"
+	"liken.dev/liken/internal/kubeconfig"
+	"liken.dev/liken/test/apiserver"
+)
+
+// newControlPlane lays out a data directory as liken's layer and init leave it for k3s (the
+// cluster's CAs and service key in server/tls, a manifest in server/manifests) and returns a
+// control plane on free loopback ports.
+func newControlPlane(t *testing.T, id *identity.Identity, idDir string) *ControlPlane {
+	t.Helper()
+	if err := apiserver.EnsureTools(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	tlsDir := filepath.Join(data, "server", "tls")
+	for name, ca := range id.CAs {
+		key, err := ca.KeyPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(tlsDir, name+".crt"), ca.CertPEM())
+		writeFile(t, filepath.Join(tlsDir, name+".key"), key)
+	}
+	writeFile(t, filepath.Join(tlsDir, "service.key"), id.ServiceKey)
+	writeFile(t, filepath.Join(data, "server", "manifests", "hello.yaml"),
+		[]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello, namespace: default}\ndata: {from: manifests}\n"))
+	return &ControlPlane{
+		DataDir: data, Bin: apiserver.ToolsDir(), NodeName: "cp-1", AdvertiseIP: "127.0.0.1",
+		BindAddress: "127.0.0.1", Port: apiserver.FreePort(), KubeconfigOut: filepath.Join(data, "k3s.yaml"),
+		Token: id.ServerToken(), AgentToken: id.AgentToken(), Log: &testLog{t},
+		EtcdPort: apiserver.FreePort(), EtcdPeerPort: apiserver.FreePort(), ControllerPort: apiserver.FreePort(), SchedulerPort: apiserver.FreePort(),
+	}
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// started runs cp until the test ends and returns its admin config once it is ready.
+func started(t *testing.T, cp *ControlPlane) (*rest.Config, context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *rest.Config, 1)
+	done := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- cp.Run(ctx, func(c *rest.Config) { ready <- c })
+	}()
+	t.Cleanup(func() { cancel(); <-finished })
+	select {
+	case c := <-ready:
+		return c, cancel, done
+	case err := <-done:
+		t.Fatalf("the control plane stopped before it was ready: %v", err)
+	case <-time.After(4 * time.Minute):
+		t.Fatal("the control plane was not ready after 4 minutes")
+	}
+	return nil, nil, nil
+}
+
+// TestControlPlaneLikeK3s: from the CAs liken's layer provides, the stand-in's control plane
+// mints k3s's certificates, runs etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler, writes k3s.yaml and the tokens, applies server/manifests, lets a machine's
+// node credential register its Node, and starts again on the same data keeping its
+// certificates and objects. A component that dies ends the run, naming it.
+func TestControlPlaneLikeK3s(t *testing.T) {
+	idDir := t.TempDir()
+	id, err := identity.LoadOrCreateIdentity(idDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := newControlPlane(t, id, idDir)
+	t0 := time.Now()
+	admin, cancel, done := started(t, cp)
+	t.Logf("control plane ready in %s", time.Since(t0).Round(time.Millisecond))
+	ctx := t.Context()
+
+	// k3s.yaml is an admin kubeconfig that verifies the server against the cluster's CA.
+	fromFile, err := clientcmd.BuildConfigFromFlags("", cp.KubeconfigOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(cp.KubeconfigOut); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("k3s.yaml: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+	kube := kubernetes.NewForConfigOrDie(fromFile)
+	if _, err := kube.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the admin kubeconfig: %v", err)
+	}
+	for f, want := range map[string]string{"token": id.ServerToken(), "agent-token": id.AgentToken(), "node-token": id.ServerToken()} {
+		b, err := os.ReadFile(filepath.Join(cp.DataDir, "server", f))
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("server/%s = %q, %v; want the token", f, b, err)
+		}
+	}
+
+	// The serving certificate is the cluster's: a client trusting only server-ca accepts it
+	// under the node's name.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(id.CAs["server-ca"].CertPEM())
+	conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cp.Port), &tls.Config{RootCAs: pool, ServerName: "cp-1"})
+	if err != nil {
+		t.Fatalf("the API's serving certificate, checked against the layer's server CA: %v", err)
+	}
+	serial := conn.ConnectionState().PeerCertificates[0].SerialNumber
+	conn.Close()
+
+	// A machine's node credential from the layer registers its Node (Node authorizer and
+	// NodeRestriction, as k3s runs them), and the controller manager gives it a pod CIDR.
+	node, err := id.StandInNodeCredential("agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubeconfig.Render(cp.LocalURL(), id.CAs["server-ca"].CertPEM(), node.CertPEM, node.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeClient := kubernetes.NewForConfigOrDie(nodeCfg)
+	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "agent-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("registering a Node with the layer's node credential: %v", err)
+	}
+	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}}, metav1.CreateOptions{}); err == nil {
+		t.Error("a node credential registered another machine's Node: NodeRestriction is not on")
+	}
+	waitFor(t, 2*time.Minute, "the controller manager to give agent-1 a pod CIDR", func() (bool, error) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, "agent-1", metav1.GetOptions{})
+		return err == nil && n.Spec.PodCIDR != "", err
+	})
+	// The scheduler and the controller manager answer their health checks.
+	for name, port := range map[string]int{"kube-scheduler": cp.SchedulerPort, "kube-controller-manager": cp.ControllerPort} {
+		if body, err := componentHealthz(port); err != nil || body != "ok" {
+			t.Errorf("%s /healthz = %q, %v", name, body, err)
+		}
+	}
+	// server/manifests were applied.
+	waitFor(t, time.Minute, "server/manifests to be applied", func() (bool, error) {
+		cm, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "hello", metav1.GetOptions{})
+		return err == nil && cm.Data["from"] == "manifests", nil
+	})
+	_ = admin // the same identity as k3s.yaml: both read server/cred/admin.kubeconfig
+
+	// Stopped, it leaves no component running; started again on the same data, it keeps its
+	// certificates and the cluster's objects.
+	pids := componentPIDs(t, cp)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("a stopped control plane returned %v", err)
+	}
+	for name, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("%s (pid %d) still runs after the control plane stopped", name, pid)
+		}
+	}
+	cp.Log = &testLog{t}
+	_, _, done2 := started(t, cp)
+	conn, err = tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", cp.Port), &tls.Config{RootCAs: pool, ServerName: "cp-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := conn.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(serial) != 0 {
+		t.Errorf("the serving certificate was minted again at the second start (serial %v, was %v)", got, serial)
+	}
+	conn.Close()
+	if _, err := kube.CoreV1().Nodes().Get(ctx, "agent-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("after a restart, agent-1's Node: %v", err)
+	}
+
+	// A component that dies ends the run, and the error names it.
+	if err := syscall.Kill(componentPIDs(t, cp)["kube-scheduler"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done2:
+		if err == nil || !strings.Contains(err.Error(), "kube-scheduler exited") {
+			t.Errorf("after kube-scheduler was killed, Run returned %v; want an error naming it", err)
+		}
+	case <-time.After(time.Minute):
+		t.Error("the control plane ran on for a minute after kube-scheduler died")
+	}
+}
+
+// componentPIDs finds the running components by their command lines under cp's data dir.
+func componentPIDs(t *testing.T, cp *ControlPlane) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), cp.DataDir) {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(b), "\x00")
+		out[filepath.Base(argv0)] = pid
+	}
+	if len(out) != len(Components) {
+		t.Fatalf("found components %v; want %v", out, Components)
+	}
+	return out
+}
+
+func componentHealthz(port int) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last error
+	for time.Now().Before(deadline) {
+		done, err := ok()
+		if done {
+			return
+		}
+		last = err
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("waiting for %s: not after %s (last error %v)", what, d, last)
+}
