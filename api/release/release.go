@@ -224,3 +224,8 @@ type IndexEntry struct {
 	Digest  string    `json:"digest"`
 	Created time.Time `json:"created"`
 }
+
+// StandInControlPlaneDir is where a release built with the k3s stand-in carries the control
+// plane the stand-in's `server` mode runs (etcd, and kube-apiserver, kube-controller-manager and
+// kube-scheduler as links to one program). A release with real k3s has none: k3s runs its own.
+const StandInControlPlaneDir = "/usr/lib/liken/stand-in/bin"

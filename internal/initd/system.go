@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	apirelease "liken.dev/liken/api/release"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -355,7 +356,7 @@ func (s *system) run() error {
 	console := os.Stdout
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
-		Env:    k3sEnv(s.cmd),
+		Env:    k3sEnv(s.cmd, s.machine.Spec.Role),
 		Stdout: console, Stderr: console}, nil)
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
 		"--state-dir", likenState, "--join", s.join}
@@ -469,10 +470,15 @@ func (s *system) run() error {
 
 // k3sEnv is k3s's environment; never INVOCATION_ID, which would make k3s pick the systemd
 // cgroup driver.
-func k3sEnv(cmd initramfs.Cmdline) []string {
+func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
 	env := []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"}
 	if standIn() {
 		env = append(env, "LIKEN_STANDIN_KUBECONFIG="+standInKubeconfig)
+		// A server runs the stand-in's control plane, as k3s runs its own, unless a VM test
+		// gives an API server of its own.
+		if role == v1alpha1.RoleServer && cmd["liken.test.api"] == "" {
+			env = append(env, "LIKEN_STANDIN_CONTROL_PLANE="+apirelease.StandInControlPlaneDir)
+		}
 		if f := cmd["liken.test.k3s-fault"]; f != "" {
 			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready
 		}

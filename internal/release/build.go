@@ -333,6 +333,9 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		return err
 	}
 	if opts.StandIn {
+		if err := putStandInControlPlane(opts.Source, put, stage); err != nil {
+			return err
+		}
 		// Init reads this to give the stand-in what real k3s would not need.
 		if err := write("etc/liken/k3s-stand-in", []byte("this release carries liken's k3s stand-in, not k3s: tests only\n")); err != nil {
 			return err
@@ -354,6 +357,29 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", opts.Epoch.Unix()))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w: %s", err, b)
+	}
+	return nil
+}
+
+// putStandInControlPlane copies the upstream programs test/tools builds (statically, from the
+// module proxy) into the root image.
+func putStandInControlPlane(source string, put func(rel, src string, mode os.FileMode) error, stage string) error {
+	script := filepath.Join(source, "test", "tools", "build.sh")
+	cmd := exec.Command(script)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the stand-in's control plane with %s: %w: %s", script, err, b)
+	}
+	tools := filepath.Join(source, "test", "tools", "bin")
+	dir := strings.TrimPrefix(apirelease.StandInControlPlaneDir, "/")
+	for _, f := range []string{"etcd", "kube-control-plane"} {
+		if err := put(filepath.Join(dir, f), filepath.Join(tools, f), 0o755); err != nil {
+			return fmt.Errorf("the stand-in's control plane: %w", err)
+		}
+	}
+	for _, l := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if err := os.Symlink("kube-control-plane", filepath.Join(stage, dir, l)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -267,3 +267,109 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() (bool, error)
 	}
 	t.Fatalf("waiting for %s: not after %s (last error %v)", what, d, last)
 }
+
+// TestServerRunsItsControlPlane: `k3s-standin server` with a k3s config file runs its control
+// plane (port, data dir, tokens and kubeconfig from k3s's keys), registers its own Node with
+// its roles, and a `k3s-standin agent` with the layer's node credential joins it: both Nodes
+// Ready, seen through k3s.yaml.
+func TestServerRunsItsControlPlane(t *testing.T) {
+	if err := apiserver.EnsureTools(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	id, err := identity.LoadOrCreateIdentity(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "k3s")
+	for name, ca := range id.CAs {
+		key, _ := ca.KeyPEM()
+		writeFile(t, filepath.Join(data, "server", "tls", name+".crt"), ca.CertPEM())
+		writeFile(t, filepath.Join(data, "server", "tls", name+".key"), key)
+	}
+	writeFile(t, filepath.Join(data, "server", "tls", "service.key"), id.ServiceKey)
+	writeFile(t, filepath.Join(dir, "token"), []byte(id.ServerToken()+"\n"))
+	writeFile(t, filepath.Join(dir, "agent-token"), []byte(id.AgentToken()+"\n"))
+	port := apiserver.FreePort()
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	k3sYAML := filepath.Join(dir, "k3s.yaml")
+	writeFile(t, filepath.Join(dir, "server.yaml"), fmt.Appendf(nil, `node-name: srv-1
+data-dir: %s
+https-listen-port: %d
+bind-address: 127.0.0.1
+advertise-address: 127.0.0.1
+write-kubeconfig: %s
+token-file: %s
+agent-token-file: %s
+cluster-init: true
+kube-controller-manager-arg: ["node-monitor-grace-period=20s"]
+`, data, port, k3sYAML, filepath.Join(dir, "token"), filepath.Join(dir, "agent-token")))
+	writeFile(t, filepath.Join(dir, "agent.yaml"), fmt.Appendf(nil, "node-name: agent-1\nserver: %s\ntoken-file: %s\n", url, filepath.Join(dir, "agent-token")))
+	nodeKubeconfig := func(name string) string {
+		p, err := id.StandInNodeCredential(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc, err := kubeconfig.Render(url, id.CAs["server-ca"].CertPEM(), p.CertPEM, p.KeyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name+".kubeconfig")
+		writeFile(t, path, kc)
+		return path
+	}
+	run := func(role, name string, env map[string]string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		finished := make(chan struct{})
+		env["LIKEN_STANDIN_KUBECONFIG"] = nodeKubeconfig(name)
+		env["LIKEN_STANDIN_HEALTHZ"] = fmt.Sprintf("127.0.0.1:%d", apiserver.FreePort())
+		cfg, err := Parse([]string{role, "--config", filepath.Join(dir, role+".yaml")}, func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer close(finished)
+			if err := Run(ctx, cfg, func(k string) string { return env[k] }, &testLog{t}); err != nil {
+				t.Errorf("k3s-standin %s: %v", role, err)
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-finished })
+	}
+	run("server", "srv-1", map[string]string{"LIKEN_STANDIN_CONTROL_PLANE": apiserver.ToolsDir()})
+	run("agent", "agent-1", map[string]string{})
+
+	waitFor(t, 4*time.Minute, "k3s.yaml", func() (bool, error) {
+		_, err := os.Stat(k3sYAML)
+		return err == nil, err
+	})
+	cfg, err := clientcmd.BuildConfigFromFlags("", k3sYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ready := func(n *corev1.Node) bool {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}
+	waitFor(t, 2*time.Minute, "both Nodes Ready", func() (bool, error) {
+		nodes, err := kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(nodes.Items) != 2 {
+			return false, err
+		}
+		return ready(&nodes.Items[0]) && ready(&nodes.Items[1]), nil
+	})
+	srv, err := kube.CoreV1().Nodes().Get(t.Context(), "srv-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Labels["node-role.kubernetes.io/control-plane"] != "true" {
+		t.Errorf("the server's Node labels = %v; want its control-plane role", srv.Labels)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "server", "agent-token")); err != nil || strings.TrimSpace(string(b)) != id.AgentToken() {
+		t.Errorf("server/agent-token = %q, %v", b, err)
+	}
+}

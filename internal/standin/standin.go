@@ -11,15 +11,17 @@
 // Node are reported Running and Ready; a pod being deleted goes once its grace period
 // has passed). What it does not do: run containers (so no pod really runs, probes never
 // run, no container ever fails), pull images, mount volumes, run kube-proxy or a CNI,
-// serve an API, form a cluster. deploy.go applies a manifests directory as k3s's deploy
-// controller does, for the control plane the stand-in server is to run; it is not wired in
-// yet (today the stand-in registers with an API server the test runs).
+// form a multi-server cluster. As a server, it runs a real control plane laid out as k3s's
+// (controlplane.go: upstream etcd, kube-apiserver, kube-controller-manager and kube-scheduler)
+// and applies server/manifests as k3s's deploy controller does (deploy.go).
 //
 // Settings only the stand-in has come from the environment:
 //
 //	LIKEN_STANDIN_KUBECONFIG  kubeconfig it registers its Node with (a node identity)
 //	LIKEN_STANDIN_HEALTHZ     readiness address (default 127.0.0.1:10248, the kubelet's)
 //	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION
+//	LIKEN_STANDIN_CONTROL_PLANE  directory of the control plane `server` runs (controlplane.go);
+//	                          unset, a server registers with an API server run by a test
 package standin
 
 import (
@@ -31,6 +33,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,7 +42,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
@@ -60,7 +65,8 @@ var serverKeys = set("cluster-init", "cluster-reset", "cluster-cidr", "service-c
 	"secrets-encryption", "write-kubeconfig", "write-kubeconfig-mode", "agent-token", "agent-token-file",
 	"kube-apiserver-arg", "kube-controller-manager-arg", "kube-scheduler-arg", "tls-san",
 	"disable-cloud-controller", "disable-helm-controller", "egress-selector-mode", "system-default-registry",
-	"etcd-snapshot-schedule-cron", "etcd-snapshot-retention", "datastore-endpoint")
+	"etcd-snapshot-schedule-cron", "etcd-snapshot-retention", "datastore-endpoint", "https-listen-port",
+	"bind-address", "advertise-address", "etcd-arg")
 
 func set(keys ...string) map[string]bool {
 	m := map[string]bool{}
@@ -242,7 +248,33 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	go srv.Serve(l)
 	defer srv.Close()
 
-	if err := register(ctx, client, c, name); err != nil {
+	var cpDone <-chan error
+	if dir := getenv("LIKEN_STANDIN_CONTROL_PLANE"); dir != "" && c.Role == "server" {
+		cp, err := c.controlPlane(dir, log)
+		if err != nil {
+			return err
+		}
+		cpCtx, stop := context.WithCancel(ctx)
+		admin, done, finished, err := startControlPlane(cpCtx, cp)
+		if err != nil {
+			stop()
+			return err
+		}
+		if admin == nil {
+			stop()
+			return nil // stopped before it was ready
+		}
+		cpDone = done
+		defer func() { stop(); <-finished }()
+		if err := registerWhenUp(ctx, client, c, name, log); err != nil {
+			return err
+		}
+		// k3s's server, not its kubelet, labels a server's Node with its roles: NodeRestriction
+		// forbids a node to set them on itself.
+		if err := labelRoles(ctx, admin, name); err != nil {
+			return err
+		}
+	} else if err := registerWhenUp(ctx, client, c, name, log); err != nil {
 		return err
 	}
 	fmt.Fprintf(log, "k3s-standin: %s %s registered\n", c.Role, name)
@@ -262,7 +294,29 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 			return nil
 		case <-crash:
 			return errors.New("fault crash-after: exiting as k3s does when containerd or the kubelet dies")
+		case err := <-cpDone:
+			return fmt.Errorf("the control plane stopped, so k3s-standin exits as k3s does: %w", err)
 		case <-tick.C:
+		}
+	}
+}
+
+// registerWhenUp registers the Node, waiting for the API server as k3s's agent waits for its
+// server ("Waiting to retrieve agent configuration; server is not ready").
+func registerWhenUp(ctx context.Context, client kubernetes.Interface, c *Config, name string, log io.Writer) error {
+	for said := false; ; {
+		err := register(ctx, client, c, name)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if !said {
+			fmt.Fprintf(log, "k3s-standin: waiting for the API server: %v\n", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
 		}
 	}
 }
@@ -380,6 +434,95 @@ func tendPods(ctx context.Context, client kubernetes.Interface, name string, log
 			}
 			fmt.Fprintf(log, "k3s-standin: pod %s/%s reported Running (stand-in: no container runs)\n", p.Namespace, p.Name)
 		}
+	}
+	return nil
+}
+
+// controlPlane is the control plane a server's config file describes, with k3s's keys.
+func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) {
+	str := func(k string) string {
+		if v, ok := c.Values[k]; ok && v != nil {
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	cp := &ControlPlane{DataDir: str("data-dir"), Bin: bin, NodeName: c.NodeName(), AdvertiseIP: str("advertise-address"),
+		SANs: c.list("tls-san"), BindAddress: str("bind-address"), KubeconfigOut: str("write-kubeconfig"),
+		ServiceCIDR: str("service-cidr"), ClusterCIDR: str("cluster-cidr"), Log: log, Args: map[string][]string{}}
+	if cp.DataDir == "" {
+		cp.DataDir = "/var/lib/rancher/k3s"
+	}
+	if cp.AdvertiseIP == "" {
+		cp.AdvertiseIP = str("node-ip") // as k3s defaults it
+	}
+	if p := str("https-listen-port"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("https-listen-port %q is not a port", p)
+		}
+		cp.Port = n
+	}
+	var err error
+	if cp.Token, err = c.secret("token"); err != nil {
+		return nil, err
+	}
+	if cp.AgentToken, err = c.secret("agent-token"); err != nil {
+		return nil, err
+	}
+	for _, comp := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		for _, a := range c.list(comp + "-arg") {
+			cp.Args[comp] = append(cp.Args[comp], "--"+strings.TrimPrefix(a, "--"))
+		}
+	}
+	return cp, nil
+}
+
+// secret is KEY, else the content of KEY-file, as k3s reads its tokens.
+func (c *Config) secret(key string) (string, error) {
+	if v, ok := c.Values[key].(string); ok && v != "" {
+		return v, nil
+	}
+	f, ok := c.Values[key+"-file"].(string)
+	if !ok || f == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return "", fmt.Errorf("reading %s-file: %w", key, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// startControlPlane runs cp in the background and returns its admin config once the API
+// answers (nil if ctx ended first), a channel that gives Run's result, and one closed once Run
+// has returned.
+func startControlPlane(ctx context.Context, cp *ControlPlane) (*rest.Config, <-chan error, <-chan struct{}, error) {
+	ready := make(chan *rest.Config, 1)
+	done := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- cp.Run(ctx, func(c *rest.Config) { ready <- c })
+	}()
+	select {
+	case admin := <-ready:
+		return admin, done, finished, nil
+	case err := <-done:
+		if err == nil {
+			return nil, nil, finished, nil
+		}
+		return nil, nil, finished, fmt.Errorf("the control plane: %w", err)
+	}
+}
+
+func labelRoles(ctx context.Context, admin *rest.Config, name string) error {
+	client, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return err
+	}
+	patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"true","node-role.kubernetes.io/master":"true"}}}`)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("labelling Node %s with its roles: %w", name, err)
 	}
 	return nil
 }
