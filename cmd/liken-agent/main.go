@@ -56,6 +56,7 @@ func run() error {
 		k3sReg     = flag.String("k3s-registries", k3s.DefaultPaths.Registries, "k3s registries file")
 		k3sRegDir  = flag.String("k3s-registry-files", k3s.DefaultPaths.RegistryFiles, "directory for registry CA and client files")
 		tokenFile  = flag.String("k3s-token-file", k3s.DefaultPaths.TokenFile, "k3s join token file")
+		agentToken = flag.String("k3s-agent-token-file", k3s.DefaultPaths.AgentTokenFile, "on servers, the agent token file k3s accepts agents with")
 		dataDir    = flag.String("k3s-data-dir", k3s.DefaultPaths.DataDir, "k3s data directory")
 		healthz    = flag.String("k3s-healthz", "http://127.0.0.1:10248/healthz", "k3s's health check (the kubelet's); empty: not checked")
 		coord      = flag.Bool("coordinator", false, "take part in electing the reboot coordinator (server machines)")
@@ -75,7 +76,7 @@ func run() error {
 	a, err := agent.New(agent.Config{
 		Machine: *machine, REST: cfg, State: state.Store{Dir: *stateDir},
 		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
-		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, DataDir: *dataDir},
+		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, AgentTokenFile: *agentToken, DataDir: *dataDir},
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
 		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition, K3sHealthz: *healthz,
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),

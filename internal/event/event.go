@@ -161,10 +161,11 @@ func (r *Recorder) Flush(ctx context.Context) []Event {
 }
 
 // Run sends queued Events until ctx ends, retrying each with backoff while the API server
-// cannot take it. An Event the API server refuses for good (forbidden, invalid) is logged
-// and dropped: retrying cannot change that answer.
+// cannot take it. An Event the API server refuses for good (invalid, or forbidden for longer
+// than RefusalGrace) is logged and dropped: retrying cannot change that answer.
 func (r *Recorder) Run(ctx context.Context) {
 	backoff := 200 * time.Millisecond
+	var refusedSince time.Time // when the API server first refused the queue's head
 	for {
 		r.mu.Lock()
 		if len(r.queue) == 0 {
@@ -182,9 +183,18 @@ func (r *Recorder) Run(ctx context.Context) {
 		r.mu.Unlock()
 
 		err := r.send(ctx, e)
+		if err != nil && refusable(err) {
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			if time.Since(refusedSince) < RefusalGrace {
+				err = notYet{err} // retried below
+			}
+		}
 		r.mu.Lock()
 		if err == nil || permanent(err) {
 			r.queue = r.queue[1:]
+			refusedSince = time.Time{}
 		}
 		r.mu.Unlock()
 		switch {
@@ -204,7 +214,23 @@ func (r *Recorder) Run(ctx context.Context) {
 	}
 }
 
+// RefusalGrace is how long an Event the API server refuses as forbidden or unauthorized is
+// tried again before it is dropped. Such a refusal is not final at first: an API server that
+// has just started answers 403 until its authorizer's caches have synced, and on a new
+// cluster the machines' RBAC is applied from k3s's manifests only after the API answers.
+var RefusalGrace = 2 * time.Minute
+
+func refusable(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
+}
+
+// notYet is a refusal still within RefusalGrace.
+type notYet struct{ error }
+
 func permanent(err error) bool {
+	if _, ok := err.(notYet); ok {
+		return false
+	}
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsUnauthorized(err)
 }
 

@@ -430,7 +430,7 @@ var leaves = []leaf{
 // kubernetes Service's address, loopback, the advertised address and tls-san.
 func (cp *ControlPlane) servingNames() ([]string, []net.IP) {
 	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost", cp.NodeName}
-	ips := []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}
+	ips := []net.IP{net.ParseIP("127.0.0.1").To4(), net.IPv6loopback}
 	if _, n, err := net.ParseCIDR(cp.ServiceCIDR); err == nil {
 		first := slices.Clone(n.IP.To4())
 		if first != nil {
@@ -438,7 +438,9 @@ func (cp *ControlPlane) servingNames() ([]string, []net.IP) {
 			ips = append(ips, first)
 		}
 	}
-	for _, s := range append([]string{cp.AdvertiseIP}, cp.SANs...) {
+	// Every address of the host, as k3s's listener adds the address a client asked for: an
+	// agent may join on any of them.
+	for _, s := range append(append([]string{cp.AdvertiseIP}, hostIPs()...), cp.SANs...) {
 		if ip := net.ParseIP(s); ip != nil {
 			ips = append(ips, ip)
 		} else if s != "" {
@@ -579,15 +581,24 @@ func (cp *ControlPlane) writeAdminKubeconfig() error {
 	return nil
 }
 
-// firstHostIP is the first global unicast address of the host, as k3s picks its node IP.
+// firstHostIP is the first global unicast IPv4 address of the host, as k3s picks its node IP.
 func firstHostIP() string {
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-				return n.IP.String()
-			}
+	for _, ip := range hostIPs() {
+		if net.ParseIP(ip).To4() != nil {
+			return ip
 		}
 	}
 	return "127.0.0.1"
+}
+
+// hostIPs are the host's global unicast addresses.
+func hostIPs() []string {
+	var out []string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+			out = append(out, n.IP.String())
+		}
+	}
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/internal/release"
 )
 
@@ -40,6 +41,13 @@ type Options struct {
 	// NICs are the MAC addresses of virtio network cards on QEMU's user network (where the
 	// host is 10.0.2.2); none means no network card.
 	NICs []string
+	// Forward are port forwards from the host to the guest on the first NIC, in QEMU's
+	// hostfwd form: "tcp:127.0.0.1:HOSTPORT-:GUESTPORT".
+	Forward []string
+	// Private, when set, adds a NIC with MAC PrivateMAC on a network the VMs given the same
+	// Private address share, and nothing else reaches: a QEMU multicast socket on the host's
+	// loopback ("230.0.0.1:PORT"). Machines talk to each other there as on a switch.
+	Private, PrivateMAC string
 	// Speed is how fast the emulated machine runs; the zero value is the tier's default
 	// (DefaultSpeed).
 	Speed Speed
@@ -91,10 +99,7 @@ func OtherSpeed() Speed {
 }
 
 // Disk is a disk image.
-type Disk struct {
-	Path     string
-	ReadOnly bool
-}
+type Disk = qemu.Disk
 
 // VM is a running QEMU.
 type VM struct {
@@ -115,46 +120,11 @@ func Boot(opts Options) (*VM, error) {
 	if opts.Speed.CPUs == 0 {
 		opts.Speed = DefaultSpeed()
 	}
-	args := []string{
-		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", fmt.Sprint(opts.Speed.CPUs), "-m", fmt.Sprint(opts.MemoryMiB),
-		"-display", "none", "-serial", "stdio", "-monitor", "none",
-		// A watchdog as real hardware has; QEMU resets the machine when it fires.
-		"-device", "i6300esb", "-action", "watchdog=reset",
-	}
-	if opts.Speed.Icount != "" {
-		args = append(args, "-icount", opts.Speed.Icount)
-	}
-	if !opts.AllowReboot {
-		args = append(args, "-no-reboot")
-	}
-	if opts.UEFI {
-		vars := filepath.Join(opts.VarsDir, "OVMF_VARS.fd")
-		if _, err := os.Stat(vars); err != nil {
-			b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
-			if err != nil {
-				return nil, fmt.Errorf("OVMF (Debian package ovmf): %w", err)
-			}
-			if err := os.WriteFile(vars, b, 0o644); err != nil {
-				return nil, err
-			}
-		}
-		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
-			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
-	} else {
-		args = append(args, "-kernel", opts.Kernel, "-initrd", opts.Initrd, "-append", opts.Append)
-	}
-	if len(opts.NICs) == 0 {
-		args = append(args, "-nic", "none")
-	}
-	for _, mac := range opts.NICs {
-		args = append(args, "-nic", "user,model=virtio-net-pci,mac="+mac)
-	}
-	for _, d := range opts.Disks {
-		spec := "file=" + d.Path + ",format=raw,if=virtio"
-		if d.ReadOnly {
-			spec += ",readonly=on"
-		}
-		args = append(args, "-drive", spec)
+	args, err := qemu.Machine{UEFI: opts.UEFI, VarsDir: opts.VarsDir, Kernel: opts.Kernel, Initrd: opts.Initrd, Append: opts.Append,
+		Disks: opts.Disks, MemoryMiB: opts.MemoryMiB, CPUs: opts.Speed.CPUs, Icount: opts.Speed.Icount, AllowReboot: opts.AllowReboot,
+		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC}.Args()
+	if err != nil {
+		return nil, err
 	}
 	v := &VM{changed: make(chan struct{}, 1), done: make(chan struct{}), start: time.Now()}
 	v.cmd = exec.Command("qemu-system-x86_64", args...)

@@ -1,0 +1,118 @@
+// Package qemu describes a liken machine for QEMU: firmware, disks, network cards, the
+// private network machines share and the ports forwarded to them. `liken lab` and the VM test
+// tier start their machines from it, so both boot the same machine.
+package qemu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// OVMF's firmware and variable store, from Debian's ovmf package.
+const (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// Machine is one emulated machine.
+type Machine struct {
+	// UEFI boots the first disk through OVMF and GRUB; VarsDir keeps the machine's copy of
+	// the UEFI variables. Without UEFI, Kernel, Initrd and Append are given to QEMU directly.
+	UEFI                   bool
+	VarsDir                string
+	Kernel, Initrd, Append string
+	// Disks are attached as virtio disks in order (/dev/vda, /dev/vdb, ...).
+	Disks     []Disk
+	MemoryMiB int // default 1024
+	CPUs      int // default 1
+	// Icount, when set, is QEMU's -icount argument (see test/vm's Speed).
+	Icount string
+	// KVM uses hardware virtualisation; otherwise QEMU emulates the CPU (TCG).
+	KVM bool
+	// AllowReboot keeps QEMU running through a reboot.
+	AllowReboot bool
+	// NICs are the MAC addresses of virtio network cards on QEMU's user network (where the
+	// host is 10.0.2.2); none means no network card.
+	NICs []string
+	// Forward are port forwards from the host to the guest on the first NIC, in QEMU's
+	// hostfwd form: "tcp:127.0.0.1:HOSTPORT-:GUESTPORT".
+	Forward []string
+	// Private, when set, adds a NIC with MAC PrivateMAC on a network the machines given the
+	// same Private address share and nothing else reaches: a QEMU multicast socket on the
+	// host's loopback ("230.0.0.1:PORT"). Machines talk to each other there as on a switch.
+	Private, PrivateMAC string
+}
+
+// Disk is a disk image.
+type Disk struct {
+	Path     string
+	ReadOnly bool
+}
+
+// Args are qemu-system-x86_64's arguments for m, the serial console on stdio. With UEFI, the
+// variable store is copied into VarsDir the first time.
+func (m Machine) Args() ([]string, error) {
+	if m.MemoryMiB == 0 {
+		m.MemoryMiB = 1024
+	}
+	if m.CPUs == 0 {
+		m.CPUs = 1
+	}
+	accel, cpu := "tcg", "max"
+	if m.KVM {
+		accel, cpu = "kvm", "host"
+	}
+	args := []string{
+		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", fmt.Sprint(m.CPUs), "-m", fmt.Sprint(m.MemoryMiB),
+		"-display", "none", "-serial", "stdio", "-monitor", "none",
+		// A watchdog as real hardware has; QEMU resets the machine when it fires.
+		"-device", "i6300esb", "-action", "watchdog=reset",
+	}
+	if m.Icount != "" {
+		args = append(args, "-icount", m.Icount)
+	}
+	if !m.AllowReboot {
+		args = append(args, "-no-reboot")
+	}
+	if m.UEFI {
+		vars := filepath.Join(m.VarsDir, "OVMF_VARS.fd")
+		if _, err := os.Stat(vars); err != nil {
+			b, err := os.ReadFile(OVMFVars)
+			if err != nil {
+				return nil, fmt.Errorf("OVMF (Debian package ovmf): %w", err)
+			}
+			if err := os.WriteFile(vars, b, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
+	} else {
+		args = append(args, "-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Append)
+	}
+	if len(m.NICs) == 0 && m.Private == "" {
+		args = append(args, "-nic", "none")
+	}
+	for i, mac := range m.NICs {
+		nic := "user,model=virtio-net-pci,mac=" + mac
+		if i == 0 {
+			for _, f := range m.Forward {
+				nic += ",hostfwd=" + f
+			}
+		}
+		args = append(args, "-nic", nic)
+	}
+	if m.Private != "" {
+		args = append(args, "-netdev", "socket,id=private,mcast="+m.Private+",localaddr=127.0.0.1",
+			"-device", "virtio-net-pci,netdev=private,mac="+m.PrivateMAC)
+	}
+	for _, d := range m.Disks {
+		spec := "file=" + d.Path + ",format=raw,if=virtio"
+		if d.ReadOnly {
+			spec += ",readonly=on"
+		}
+		args = append(args, "-drive", spec)
+	}
+	return args, nil
+}
