@@ -4,7 +4,7 @@ GO ?= go
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 export LIKEN_TEST_REPORT := $(CURDIR)/.test-report
 
-.PHONY: help deps build generate tools test bench clean-report examples
+.PHONY: help deps build generate tools test bench clean-report examples lab lab-down
 
 bench: ## Run the benchmarks (figures, never pass/fail on time).
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'LiveChange' -benchtime 100x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|p50-ms'
@@ -32,6 +32,12 @@ generate: ## Regenerate deepcopy, CRDs, the API reference and the CLI reference.
 
 tools: ## Build the upstream test binaries (kube-apiserver, etcd, ...) into test/tools/bin.
 	test/tools/build.sh
+
+lab: deps build ## Stand up a lab: a liken cluster of QEMU machines on this host, until every machine is Ready (out/lab).
+	bin/liken lab up
+
+lab-down: build ## Stop the lab and remove its files.
+	bin/liken lab down
 
 examples: deps build ## Validate the example manifests with the API's own rules and build their deployment layers.
 	bin/liken validate docs/examples

@@ -36,9 +36,7 @@ func usageErr(format string, args ...any) error {
 
 // planned lists the commands that arrive with later issues: shown in help, refused with
 // exit 3 until they are built.
-var planned = []struct{ name, short, issue string }{
-	{"lab", "run a cluster of QEMU machines on this host", "lab"},
-}
+var planned = []struct{ name, short, issue string }{}
 
 // Run runs liken with args (without the program name) and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -99,7 +97,7 @@ and 4 when it fails.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
-		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newStatus())
+		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newStatus(), newLab())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

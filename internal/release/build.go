@@ -333,7 +333,7 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		return err
 	}
 	if opts.StandIn {
-		if err := putStandInControlPlane(opts.Source, put, stage); err != nil {
+		if err := putStandInControlPlane(opts.Source, put, stage, opts.Log); err != nil {
 			return err
 		}
 		// Init reads this to give the stand-in what real k3s would not need.
@@ -363,11 +363,17 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 
 // putStandInControlPlane copies the upstream programs test/tools builds (statically, from the
 // module proxy) into the root image.
-func putStandInControlPlane(source string, put func(rel, src string, mode os.FileMode) error, stage string) error {
+func putStandInControlPlane(source string, put func(rel, src string, mode os.FileMode) error, stage string, log io.Writer) error {
 	script := filepath.Join(source, "test", "tools", "build.sh")
 	cmd := exec.Command(script)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the stand-in's control plane with %s: %w: %s", script, err, b)
+	// The first build takes minutes: say so as it goes.
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if log != nil {
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, log), io.MultiWriter(&out, log)
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building the stand-in's control plane with %s: %w: %s", script, err, out.Bytes())
 	}
 	tools := filepath.Join(source, "test", "tools", "bin")
 	dir := strings.TrimPrefix(apirelease.StandInControlPlaneDir, "/")

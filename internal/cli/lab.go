@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"liken.dev/liken/internal/lab"
+)
+
+const defaultLabDir = "out/lab"
+
+func newLab() *cobra.Command {
+	return group(&cobra.Command{
+		Use:   "lab",
+		Short: "run a liken cluster of QEMU machines on this host",
+		Long: `A lab is a liken cluster on this host: a release with liken's k3s stand-in built from this
+source tree into a local channel, a Cluster and Machines, their layers, installed disk images,
+and the machines booted in QEMU (KVM with --kvm, else software emulation) on a private
+network between them, the server's API forwarded to a local port. Everything lives in one
+directory; 'liken lab down' stops what 'up' started and removes it.`,
+	}, newLabUp(), newLabStatus(), newLabDown(), newLabServeChannel())
+}
+
+func newLabUp() *cobra.Command {
+	o := lab.Defaults
+	o.Dir = defaultLabDir
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "build a stand-in release, install the machines' disks and boot them until every machine is Ready",
+		Example: `  liken lab up
+  liken lab up --agents 2 --dir /tmp/lab`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Servers != 1 {
+				return usageErr("--servers %d: the lab's k3s stand-in runs one control plane, so a lab has exactly 1 server", o.Servers)
+			}
+			if o.Source == "" {
+				src, err := findSource()
+				if err != nil {
+					return err
+				}
+				o.Source = src
+			}
+			if exe, err := os.Executable(); err == nil {
+				o.ChannelServer = []string{exe, "lab", "serve-channel"}
+			}
+			o.Out = cmd.ErrOrStderr()
+			start := time.Now()
+			st, err := lab.Up(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "\nThe lab is up: %d machines Ready in %s.\n\n", len(st.Machines), time.Since(start).Round(time.Second))
+			if err := printLabStatus(cmd, st); err != nil {
+				return err
+			}
+			fmt.Fprintf(w, `
+Try:
+  export KUBECONFIG=%s
+  kubectl get nodes; kubectl get machines     (test/tools/bin/kubectl after make tools)
+  liken status
+  kubectl edit machine %s                     (a sysctl applies live; a network change waits for approval)
+  liken lab status --dir %s
+  liken lab down --dir %s
+`, st.Kubeconfig, st.Machines[len(st.Machines)-1].Name, o.Dir, o.Dir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dir, "dir", o.Dir, "the lab's directory (its files, disks and consoles)")
+	f.IntVar(&o.Servers, "servers", o.Servers, "server machines (the stand-in runs one control plane: 1)")
+	f.IntVar(&o.Agents, "agents", o.Agents, "agent machines")
+	f.IntVar(&o.ServerMiB, "server-memory", o.ServerMiB, "each server's memory in MiB")
+	f.IntVar(&o.AgentMiB, "agent-memory", o.AgentMiB, "each agent's memory in MiB")
+	f.IntVar(&o.APIPort, "api-port", o.APIPort, "the local port the server's API is forwarded to")
+	f.StringVar(&o.Source, "source", "", "liken's source tree the release is built from (default: the one holding the current directory)")
+	f.StringVar(&o.Version, "version", o.Version, "the release's version")
+	f.BoolVar(&o.KVM, "kvm", false, "use KVM (where /dev/kvm works); otherwise QEMU emulates the CPU")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every machine to be Ready")
+	return cmd
+}
+
+func newLabStatus() *cobra.Command {
+	dir := defaultLabDir
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "show the lab's machines, their processes and the fleet",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := lab.Read(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("no lab in %s", dir)
+			}
+			if err != nil {
+				return err
+			}
+			return printLabStatus(cmd, st)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", dir, "the lab's directory")
+	return cmd
+}
+
+func printLabStatus(cmd *cobra.Command, st *lab.State) error {
+	w := cmd.OutOrStdout()
+	running := st.Running()
+	fmt.Fprintf(w, "lab %s (release %s), kubeconfig %s, API on 127.0.0.1:%d\n", st.Dir, st.Version, st.Kubeconfig, st.APIPort)
+	for _, m := range st.Machines {
+		state := "stopped"
+		if pid, ok := running[m.Name]; ok {
+			state = "running, pid " + strconv.Itoa(pid)
+		}
+		fmt.Fprintf(w, "  %-14s %-6s %-15s %s (console %s)\n", m.Name, m.Role, m.IP, state, m.Console)
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	var out, errb bytes.Buffer
+	s := newStatus()
+	s.SetArgs([]string{"--kubeconfig", st.Kubeconfig})
+	s.SetOut(&out)
+	s.SetErr(&errb)
+	if err := s.ExecuteContext(cmd.Context()); err != nil {
+		fmt.Fprintf(w, "liken status: %v\n", err)
+		return nil
+	}
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+func newLabDown() *cobra.Command {
+	dir := defaultLabDir
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "stop the lab's machines and channel server (by PID) and remove its directory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Down(dir, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", dir, "the lab's directory")
+	return cmd
+}
+
+// newLabServeChannel is the lab's channel server, which `lab up` starts in the background.
+func newLabServeChannel() *cobra.Command {
+	return &cobra.Command{
+		Use:    "serve-channel DIR PORT",
+		Short:  "serve a channel directory over HTTP (started by lab up)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := strconv.Atoi(args[1])
+			if err != nil {
+				return usageErr("port %q", args[1])
+			}
+			// Loopback is enough: QEMU's user network turns a machine's connection to 10.0.2.2
+			// into one to the host's loopback.
+			srv := &http.Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Handler: http.FileServer(http.Dir(args[0])), ReadHeaderTimeout: 10 * time.Second}
+			return srv.ListenAndServe()
+		},
+	}
+}
+
+// findSource finds liken's source tree from the current directory up.
+func findSource() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(b, []byte("module liken.dev/liken\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("liken lab builds its release from liken's source: run it inside liken's source tree, or give --source DIR")
+		}
+		dir = parent
+	}
+}

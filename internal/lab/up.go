@@ -1,0 +1,333 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/identity"
+	"liken.dev/liken/internal/install"
+	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/qemu"
+	"liken.dev/liken/internal/release"
+)
+
+// Options are `liken lab up`'s inputs.
+type Options struct {
+	Dir     string
+	Servers int // only 1: the stand-in runs one control plane
+	Agents  int
+	// ServerMiB and AgentMiB are each machine's memory.
+	ServerMiB, AgentMiB int
+	APIPort             int
+	// Source is liken's source tree the release is built from.
+	Source string
+	// Version is the release's version.
+	Version string
+	KVM     bool
+	// ChannelServer is the command that serves the channel directory (given as its last two
+	// arguments: the directory and the port) in the background: the liken binary itself.
+	ChannelServer []string
+	// Timeout bounds the wait for every machine to be Ready.
+	Timeout time.Duration
+	Out     io.Writer
+}
+
+// Defaults fit a 2-core, 8 GiB machine.
+var Defaults = Options{Servers: 1, Agents: 1, ServerMiB: 2048, AgentMiB: 1024, APIPort: 6443, Version: "2026.12.01-001", Timeout: 15 * time.Minute}
+
+// check refuses what cannot work before anything is started or written.
+func (o *Options) check() error {
+	if o.Servers != 1 {
+		return fmt.Errorf("--servers %d: the lab's k3s stand-in runs one control plane, so a lab has exactly 1 server", o.Servers)
+	}
+	if o.Agents < 0 || o.Agents > 8 {
+		return fmt.Errorf("--agents %d: give 0 to 8", o.Agents)
+	}
+	if !apirelease.ValidVersion(o.Version) {
+		return fmt.Errorf("--version %q is not of the form 2026.07.20-001", o.Version)
+	}
+	if s, err := Read(o.Dir); err == nil {
+		if running := s.Running(); len(running) > 0 {
+			return fmt.Errorf("a lab is already up in %s (%d processes running): see `liken lab status`, or stop it with `liken lab down`", o.Dir, len(running))
+		}
+		return fmt.Errorf("%s holds a lab that is not running: remove it with `liken lab down --dir %s` first", o.Dir, o.Dir)
+	}
+	if entries, err := os.ReadDir(o.Dir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("%s is not empty and holds no lab: give another --dir", o.Dir)
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return errors.New("qemu-system-x86_64 is missing: install the Debian package qemu-system-x86 (make deps does)")
+	}
+	for _, f := range []string{qemu.OVMFCode, qemu.OVMFVars} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("UEFI firmware %s is missing: install the Debian package ovmf (make deps does)", f)
+		}
+	}
+	need := o.ServerMiB*o.Servers + o.AgentMiB*o.Agents
+	if avail, err := memAvailableMiB(); err == nil && avail < need+512 {
+		return fmt.Errorf("the lab's machines need %d MiB of memory and this host has %d MiB available: give fewer --agents or less --server-memory/--agent-memory", need, avail)
+	}
+	if o.ServerMiB < 1536 {
+		return fmt.Errorf("--server-memory %d: a server runs etcd and the control plane and needs at least 1536 MiB", o.ServerMiB)
+	}
+	if o.AgentMiB < 512 {
+		return fmt.Errorf("--agent-memory %d: an agent needs at least 512 MiB", o.AgentMiB)
+	}
+	if err := portFree(o.APIPort); err != nil {
+		return fmt.Errorf("the API port %d is in use on this host (%v): give another with --api-port", o.APIPort, err)
+	}
+	return nil
+}
+
+// Up stands a lab up, or leaves nothing behind.
+func Up(ctx context.Context, o Options) (st *State, err error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(o.Out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	st = &State{Dir: dir, Started: start.UTC(), Version: o.Version, APIPort: o.APIPort}
+	defer func() {
+		if err != nil {
+			st.Stop(10 * time.Second)
+			os.RemoveAll(dir)
+		}
+	}()
+
+	// The release, into the lab's channel.
+	say("building the stand-in release %s from %s", o.Version, o.Source)
+	relDir := filepath.Join(dir, "release", o.Version)
+	cache, _ := os.UserCacheDir()
+	if _, _, err := release.Build(release.BuildOptions{Version: o.Version, Source: o.Source, StandIn: true, Out: relDir,
+		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: o.Out}); err != nil {
+		return st, fmt.Errorf("building the release: %w", err)
+	}
+	channel := filepath.Join(dir, "channel")
+	pin, err := release.Publish(channel, relDir)
+	if err != nil {
+		return st, err
+	}
+	say("release built and published into %s (%s)", channel, pin)
+
+	// The Cluster, the Machines and their layers.
+	chPort := 20000 + rand.IntN(10000)
+	st.ChannelURL = fmt.Sprintf("http://10.0.2.2:%d/", chPort)
+	private := fmt.Sprintf("230.0.0.1:%d", 20000+rand.IntN(10000))
+	for i := range o.Servers {
+		st.Machines = append(st.Machines, Machine{Name: fmt.Sprintf("lab-server-%d", i+1), Role: "server", MAC: fmt.Sprintf("52:54:00:12:34:%02x", 1+i),
+			PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x10+i), IP: fmt.Sprintf("192.168.76.%d", 10+i), MemoryMiB: o.ServerMiB})
+	}
+	for i := range o.Agents {
+		st.Machines = append(st.Machines, Machine{Name: fmt.Sprintf("lab-agent-%d", i+1), Role: "agent", MAC: fmt.Sprintf("52:54:00:12:34:%02x", 0x20+i),
+			PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x20+i), IP: fmt.Sprintf("192.168.76.%d", 20+i), MemoryMiB: o.AgentMiB})
+	}
+	manifests := filepath.Join(dir, "manifests")
+	if err := writeManifests(manifests, st, pin); err != nil {
+		return st, err
+	}
+	docs, err := manifest.Load(manifests)
+	if err != nil {
+		return st, err
+	}
+	layers := filepath.Join(dir, "layers")
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(dir, "identity"), OutDir: layers,
+		StandInNodeCredentials: true, Server: fmt.Sprintf("https://127.0.0.1:%d", o.APIPort)})
+	if err != nil {
+		return st, err
+	}
+	st.Kubeconfig = res.Kubeconfig
+	say("Cluster and %d Machines written to %s, layers built", len(st.Machines), manifests)
+
+	// Disks, then the machines.
+	for i := range st.Machines {
+		m := &st.Machines[i]
+		mdir := filepath.Join(dir, m.Name)
+		if err := os.MkdirAll(mdir, 0o755); err != nil {
+			return st, err
+		}
+		m.Disk, m.Console = filepath.Join(mdir, "disk.img"), filepath.Join(mdir, "console.log")
+		// Sparse: only what is written takes room on the host.
+		size := disk.DefaultLayout.MinSizeMiB() + 1024
+		if _, err := install.Install(ctx, install.Options{Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(m.Role)],
+			LayerDigest: res.Digests[v1alpha1.Role(m.Role)], Disk: m.Disk, SizeMiB: size, Machine: m.Name, Layout: disk.DefaultLayout}); err != nil {
+			return st, fmt.Errorf("installing %s: %w", m.Name, err)
+		}
+	}
+	say("disks installed")
+	if len(o.ChannelServer) > 0 {
+		cmd := exec.Command(o.ChannelServer[0], append(o.ChannelServer[1:], channel, fmt.Sprint(chPort))...)
+		logf, err := os.Create(filepath.Join(dir, "channel.log"))
+		if err != nil {
+			return st, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		err = cmd.Start()
+		logf.Close()
+		if err != nil {
+			return st, fmt.Errorf("starting the channel server: %w", err)
+		}
+		st.ChannelPID = cmd.Process.Pid
+		go cmd.Wait()
+		say("channel served to the machines at %s (pid %d)", st.ChannelURL, st.ChannelPID)
+	}
+	for i := range st.Machines {
+		m := &st.Machines[i]
+		if err := st.boot(m, o.KVM, private); err != nil {
+			return st, err
+		}
+		say("%s: booting (pid %d, %d MiB, console %s)", m.Name, m.PID, m.MemoryMiB, m.Console)
+	}
+	if err := st.save(); err != nil {
+		return st, err
+	}
+	if err := st.waitReady(ctx, o.Timeout, say); err != nil {
+		for _, m := range st.Machines {
+			say("%s's console ends:\n%s", m.Name, tail(m.Console, 20))
+		}
+		return st, err
+	}
+	say("every machine Ready")
+	return st, nil
+}
+
+// stages a machine goes through, in order, as up shows them.
+var stages = []string{"booting", "k3s started", "Node Ready", "Machine Ready"}
+
+func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any)) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 10 * time.Second
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	lc, err := kube.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	at := map[string]int{}
+	deadline := time.Now().Add(timeout)
+	for {
+		done := 0
+		for _, m := range s.Machines {
+			if !s.Alive(m.PID) {
+				return fmt.Errorf("%s's QEMU stopped (console %s)", m.Name, m.Console)
+			}
+			stage := 0
+			if consoleHas(m.Console, "liken-init: started k3s") {
+				stage = 1
+			}
+			if n, err := kc.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{}); err == nil && kube.NodeReady(n) {
+				stage = 2
+				if mm, err := lc.Machine(ctx, m.Name); err == nil && meta.IsStatusConditionTrue(mm.Status.Conditions, v1alpha1.MachineReady) {
+					stage = 3
+				}
+			}
+			for at[m.Name] < stage {
+				at[m.Name]++
+				say("%s: %s", m.Name, stages[at[m.Name]])
+			}
+			if at[m.Name] == len(stages)-1 {
+				done++
+			}
+		}
+		if done == len(s.Machines) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every machine was Ready after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+const clusterYAML = `# The lab's Cluster: edit it with kubectl (liken lab up printed the kubeconfig).
+apiVersion: liken.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: liken
+spec:
+  channel: %s
+  releases:
+    %q: %s
+  version: %q
+  rebootPolicy: Manual
+  disruptionBudget:
+    maxUnavailable: 1
+  kernelArgs: ["console=ttyS0,115200"]
+`
+
+// Each machine: a private network (static, the one the cluster uses) and QEMU's user
+// network (DHCP, for the channel the host serves).
+const machineYAML = `apiVersion: liken.dev/v1alpha1
+kind: Machine
+metadata:
+  name: %[1]s
+spec:
+  role: %[2]s
+  match:
+    macs: ["%[3]s"]
+  network:
+    interfaces:
+      - name: eth1
+        mac: "%[4]s"
+        addresses: ["%[5]s/24"]
+      - name: eth0
+        mac: "%[3]s"
+        dhcp: true
+`
+
+func writeManifests(dir string, s *State, pin string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, s.ChannelURL, s.Version, pin, s.Version), 0o644); err != nil {
+		return err
+	}
+	for _, m := range s.Machines {
+		if err := os.WriteFile(filepath.Join(dir, m.Name+".yaml"), fmt.Appendf(nil, machineYAML, m.Name, m.Role, m.MAC, m.PrivateMAC, m.IP), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
