@@ -80,7 +80,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help exited %d", code)
 	}
-	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "request-reboot", "upgrade", "rollback", "[not yet available: lab]", "Exit codes: 0 ok, 1"} {
+	for _, want := range []string{"validate", "layer", "release", "install", "version", "completion", "approve-reboot", "request-reboot", "upgrade", "rollback", "lab", "Exit codes: 0 ok, 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--help lacks %q", want)
 		}

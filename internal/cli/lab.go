@@ -94,7 +94,9 @@ func newLabStatus() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "show the lab's machines, their processes and the fleet",
-		Args:  cobra.NoArgs,
+		Example: `  liken lab status
+  liken lab status --dir /tmp/lab`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := lab.Read(dir)
 			if errors.Is(err, os.ErrNotExist) {
@@ -143,7 +145,9 @@ func newLabDown() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "stop the lab's machines and channel server (by PID) and remove its directory",
-		Args:  cobra.NoArgs,
+		Example: `  liken lab down
+  liken lab down --dir /tmp/lab`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return lab.Down(dir, cmd.OutOrStdout())
 		},
