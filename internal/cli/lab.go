@@ -26,7 +26,7 @@ source tree into a local channel, a Cluster and Machines, their layers, installe
 and the machines booted in QEMU (KVM with --kvm, else software emulation) on a private
 network between them, the server's API forwarded to a local port. Everything lives in one
 directory; 'liken lab down' stops what 'up' started and removes it.`,
-	}, newLabUp(), newLabStatus(), newLabDown(), newLabServeChannel())
+	}, newLabUp(), newLabStatus(), newLabDown(), newLabPublish(), newLabServeChannel())
 }
 
 func newLabUp() *cobra.Command {
@@ -156,6 +156,31 @@ func newLabDown() *cobra.Command {
 	return cmd
 }
 
+func newLabPublish() *cobra.Command {
+	dir, version := defaultLabDir, ""
+	cmd := &cobra.Command{
+		Use:   "publish --version V",
+		Short: "build another release into the lab's channel and pin it in the Cluster, to try an upgrade",
+		Example: `  liken lab publish --version 2026.12.01-002
+  liken upgrade 2026.12.01-002 --kubeconfig out/lab/layers/admin.kubeconfig`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if version == "" {
+				return usageErr("give --version V, the new release's version")
+			}
+			if _, err := lab.Publish(cmd.Context(), dir, version, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+			st, _ := lab.Read(dir)
+			fmt.Fprintf(cmd.OutOrStdout(), "Try: liken upgrade %s --kubeconfig %s   (then liken approve-reboot, liken status)\n", version, st.Kubeconfig)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", dir, "the lab's directory")
+	cmd.Flags().StringVar(&version, "version", "", "the new release's version")
+	return cmd
+}
+
 // newLabServeChannel is the lab's channel server, which `lab up` starts in the background.
 func newLabServeChannel() *cobra.Command {
 	return &cobra.Command{
@@ -170,7 +195,15 @@ func newLabServeChannel() *cobra.Command {
 			}
 			// Loopback is enough: QEMU's user network turns a machine's connection to 10.0.2.2
 			// into one to the host's loopback.
-			srv := &http.Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Handler: http.FileServer(http.Dir(args[0])), ReadHeaderTimeout: 10 * time.Second}
+			files := http.FileServer(http.Dir(args[0]))
+			out := cmd.OutOrStdout()
+			// Each request on the log (channel.log in the lab's directory): what the machines
+			// fetched, and when.
+			logged := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(out, "%s %s %s\n", time.Now().UTC().Format(time.RFC3339), r.Method, r.URL.Path)
+				files.ServeHTTP(w, r)
+			})
+			srv := &http.Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Handler: logged, ReadHeaderTimeout: 10 * time.Second}
 			return srv.ListenAndServe()
 		},
 	}

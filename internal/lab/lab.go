@@ -30,11 +30,13 @@ const StateFile = "lab.json"
 
 // State is what `up` started.
 type State struct {
-	Dir        string    `json:"dir"`
-	Started    time.Time `json:"started"`
-	Version    string    `json:"version"`
-	APIPort    int       `json:"apiPort"`
-	Kubeconfig string    `json:"kubeconfig"`
+	Dir     string    `json:"dir"`
+	Started time.Time `json:"started"`
+	Version string    `json:"version"`
+	// Source is liken's source tree the lab's releases are built from.
+	Source     string `json:"source"`
+	APIPort    int    `json:"apiPort"`
+	Kubeconfig string `json:"kubeconfig"`
 	// ChannelURL is the channel as the machines reach it; ChannelPID serves it.
 	ChannelURL string    `json:"channelURL"`
 	ChannelPID int       `json:"channelPID,omitempty"`

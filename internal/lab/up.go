@@ -113,7 +113,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Dir: dir, Started: start.UTC(), Version: o.Version, APIPort: o.APIPort}
+	st = &State{Dir: dir, Started: start.UTC(), Version: o.Version, Source: o.Source, APIPort: o.APIPort}
 	defer func() {
 		if err != nil {
 			st.Stop(10 * time.Second)

@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
@@ -19,7 +24,9 @@ import (
 // TestLabUpAndDown runs `liken lab` as a user does, from the built binary: up brings a server
 // and an agent to Ready and says how to reach them; kubectl through its kubeconfig shows both
 // Nodes and Machines; a second up in the same directory, and one on a port in use, are
-// refused with a clear message and start nothing; down leaves no process and no file.
+// refused with a clear message and start nothing; publish, upgrade and approve-reboot take the
+// fleet to a second release (the server's reboot taking the API down), rollback takes it back
+// without a download; down leaves no process and no file.
 func TestLabUpAndDown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "liken")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/liken").CombinedOutput(); err != nil {
@@ -94,6 +101,66 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Errorf("a refused lab up left %s behind", other)
 	}
 
+	// The fleet upgrade, as an operator tries it in the lab: publish a second release, ask for
+	// it, approve the reboots as they come. The server's own reboot takes the API down; the
+	// agent carries on after it.
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 10 * time.Second
+	lc, _ := kube.NewClient(cfg)
+	const v1, v2 = "2026.12.01-001", "2026.12.01-002"
+	if out, err := liken("lab", "publish", "--dir", dir, "--version", v2); err != nil {
+		t.Fatalf("liken lab publish: %v\n%s", err, out)
+	}
+	upgradeStart := time.Now()
+	if out, err := liken("upgrade", v2, "--kubeconfig", kc); err != nil {
+		t.Fatalf("liken upgrade %s: %v\n%s", v2, err, out)
+	}
+	fleetOn := func(version string, slot v1alpha1.Slot, timeout time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for {
+			// Approve whatever waits (nothing, or the API down while the server reboots, is
+			// not an error here).
+			liken("approve-reboot", "--all", "--kubeconfig", kc)
+			ms, err := lc.Machines(t.Context())
+			on := 0
+			for _, m := range ms {
+				if m.Status.Release != nil && m.Status.Release.Version == version && m.Status.Release.Slot == slot &&
+					m.Status.Upgrade.State == v1alpha1.UpgradeIdle && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) {
+					on++
+				}
+			}
+			if err == nil && on == 2 {
+				return
+			}
+			if time.Now().After(deadline) {
+				st, _ := liken("status", "--kubeconfig", kc)
+				t.Fatalf("the fleet is not on %s (slot %s) after %s:\n%s", version, slot, timeout, st)
+			}
+			time.Sleep(10 * time.Second)
+		}
+	}
+	fleetOn(v2, v1alpha1.SlotB, 20*time.Minute)
+	upgradeTook := time.Since(upgradeStart)
+	// And back: both return to the first release, on the slot they kept it in, without a
+	// download.
+	rollbackStart := time.Now()
+	if out, err := liken("rollback", v1, "--kubeconfig", kc); err != nil {
+		t.Fatalf("liken rollback %s: %v\n%s", v1, err, out)
+	}
+	fleetOn(v1, v1alpha1.SlotA, 20*time.Minute)
+	rollbackTook := time.Since(rollbackStart)
+	chlog, _ := os.ReadFile(filepath.Join(dir, "channel.log"))
+	if n := strings.Count(string(chlog), "/"+v2+"/slot.img"); n != 2 {
+		t.Errorf("the channel served %s's slot image %d times; want 2 (once per machine)\n%s", v2, n, chlog)
+	}
+	if strings.Contains(string(chlog), "/"+v1+"/slot.img") {
+		t.Errorf("a machine downloaded %s again to roll back to it:\n%s", v1, chlog)
+	}
+
 	status, err := liken("lab", "status", "--dir", dir)
 	if err != nil || !strings.Contains(status, "lab-server-1") || !strings.Contains(status, "running, pid") {
 		t.Errorf("liken lab status: %v\n%s", err, status)
@@ -108,5 +175,6 @@ func TestLabUpAndDown(t *testing.T) {
 	if b, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(b)) > 0 {
 		t.Errorf("processes of the lab still run after down: %s", b)
 	}
-	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included", took.Round(time.Second))
+	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; fleet upgrade with approvals %s, rollback %s",
+		took.Round(time.Second), upgradeTook.Round(time.Second), rollbackTook.Round(time.Second))
 }
