@@ -149,7 +149,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x20+i), IP: fmt.Sprintf("192.168.76.%d", 20+i), MemoryMiB: o.AgentMiB})
 	}
 	manifests := filepath.Join(dir, "manifests")
-	if err := writeManifests(manifests, st, pin); err != nil {
+	if err := WriteManifests(manifests, st.ChannelURL, st.Version, pin, st.Machines); err != nil {
 		return st, err
 	}
 	docs, err := manifest.Load(manifests)
@@ -317,14 +317,16 @@ spec:
         dhcp: true
 `
 
-func writeManifests(dir string, s *State, pin string) error {
+// WriteManifests writes a lab's Cluster (channel, one release pinned and wanted) and its
+// Machines into dir, as `liken lab up` does; the VM tests stand clusters up from them too.
+func WriteManifests(dir, channelURL, version, pin string, machines []Machine) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, s.ChannelURL, s.Version, pin, s.Version), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, channelURL, version, pin, version), 0o644); err != nil {
 		return err
 	}
-	for _, m := range s.Machines {
+	for _, m := range machines {
 		if err := os.WriteFile(filepath.Join(dir, m.Name+".yaml"), fmt.Appendf(nil, machineYAML, m.Name, m.Role, m.MAC, m.PrivateMAC, m.IP), 0o644); err != nil {
 			return err
 		}

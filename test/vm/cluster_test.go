@@ -21,6 +21,7 @@ import (
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/lab"
 	"liken.dev/liken/internal/manifest"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
@@ -29,38 +30,7 @@ import (
 // A cluster with no API server on the host: the server machine runs the control plane (the
 // stand-in's, laid out as k3s's) and the machines reach each other on a private network. Each
 // also has a NIC on QEMU's user network, by DHCP, for the release channel the host serves.
-const standaloneCluster = `apiVersion: liken.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: liken
-spec:
-  channel: %s
-  releases:
-    %q: %s
-  version: %q
-  rebootPolicy: Manual
-  disruptionBudget:
-    maxUnavailable: 1
-  kernelArgs: ["console=ttyS0,115200"]
-`
-
-const standaloneMachine = `apiVersion: liken.dev/v1alpha1
-kind: Machine
-metadata:
-  name: %[1]s
-spec:
-  role: %[2]s
-  match:
-    macs: ["%[3]s"]
-  network:
-    interfaces:
-      - name: eth1
-        mac: "%[4]s"
-        addresses: ["%[5]s/24"]
-      - name: eth0
-        mac: "%[3]s"
-        dhcp: true
-`
+// The manifests are the lab's (lab.WriteManifests).
 
 // standalone is a cluster of installed machines that stands up by itself.
 type standalone struct {
@@ -73,15 +43,14 @@ type standalone struct {
 	lc         *kube.Client
 }
 
-type standaloneSpec struct{ name, role, mac, privMAC, ip string }
+type standaloneSpec = lab.Machine
 
 func standaloneFleet(t *testing.T, machines ...standaloneSpec) *standalone {
 	t.Helper()
 	ch := newChannelServer(t, releaseA)
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, standaloneCluster, ch.guestURL, releaseA, ch.pins[releaseA], releaseA), 0o644)
-	for _, m := range machines {
-		os.WriteFile(filepath.Join(dir, m.name+".yaml"), fmt.Appendf(nil, standaloneMachine, m.name, m.role, m.mac, m.privMAC, m.ip), 0o644)
+	if err := lab.WriteManifests(dir, ch.guestURL, releaseA, ch.pins[releaseA], machines); err != nil {
+		t.Fatal(err)
 	}
 	docs, err := manifest.Load(dir)
 	if err != nil {
@@ -97,20 +66,20 @@ func standaloneFleet(t *testing.T, machines ...standaloneSpec) *standalone {
 	}
 	s.kubeconfig = res.Kubeconfig
 	for _, m := range machines {
-		d := filepath.Join(t.TempDir(), m.name+".img")
+		d := filepath.Join(t.TempDir(), m.Name+".img")
 		// A server's state partition holds etcd, whose write-ahead log alone takes 64 MiB.
 		// The image is sparse: only what is written takes room on the host.
 		size := testLayout.MinSizeMiB() + 16
-		if m.role == "server" {
+		if m.Role == "server" {
 			size += 512
 		}
 		if _, err := install.Install(context.Background(), install.Options{
-			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[v1alpha1.Role(m.role)], LayerDigest: res.Digests[v1alpha1.Role(m.role)],
+			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[v1alpha1.Role(m.Role)], LayerDigest: res.Digests[v1alpha1.Role(m.Role)],
 			Disk: d, SizeMiB: size, Layout: testLayout, KernelArgs: "quiet",
 		}); err != nil {
 			t.Fatal(err)
 		}
-		s.disks[m.name] = d
+		s.disks[m.Name] = d
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
 	if err != nil {
@@ -125,10 +94,10 @@ func standaloneFleet(t *testing.T, machines ...standaloneSpec) *standalone {
 // boot starts a machine of the fleet; the server's API is forwarded to the host.
 func (s *standalone) boot(t *testing.T, m standaloneSpec, memMiB int) *VM {
 	t.Helper()
-	opts := Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: s.disks[m.name]}}, AllowReboot: true,
-		NICs: []string{m.mac}, Private: s.private, PrivateMAC: m.privMAC, MemoryMiB: memMiB,
+	opts := Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: s.disks[m.Name]}}, AllowReboot: true,
+		NICs: []string{m.MAC}, Private: s.private, PrivateMAC: m.PrivateMAC, MemoryMiB: memMiB,
 		Speed: Speed{CPUs: 1, Icount: DefaultSpeed().Icount}}
-	if m.role == "server" {
+	if m.Role == "server" {
 		opts.Forward = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:6443", s.apiPort)}
 	}
 	if os.Getenv("LIKEN_VM_CONSOLE") != "" {
@@ -140,7 +109,7 @@ func (s *standalone) boot(t *testing.T, m standaloneSpec, memMiB int) *VM {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("%s's console:\n%s", m.name, v.Console())
+			t.Logf("%s's console:\n%s", m.Name, v.Console())
 		}
 		v.Kill()
 	})
@@ -158,8 +127,8 @@ func (s *standalone) kubectl(t *testing.T, args ...string) string {
 }
 
 var (
-	labServer = standaloneSpec{"lab-server", "server", "52:54:00:12:34:01", "52:54:00:76:00:10", "192.168.76.10"}
-	labAgent  = standaloneSpec{"lab-agent", "agent", "52:54:00:12:34:02", "52:54:00:76:00:20", "192.168.76.20"}
+	labServer = standaloneSpec{Name: "lab-server", Role: "server", MAC: "52:54:00:12:34:01", PrivateMAC: "52:54:00:76:00:10", IP: "192.168.76.10"}
+	labAgent  = standaloneSpec{Name: "lab-agent", Role: "agent", MAC: "52:54:00:12:34:02", PrivateMAC: "52:54:00:76:00:20", IP: "192.168.76.20"}
 )
 
 // TestClusterStandsUpByItself: from a stand-in release and the layers liken layer builds, a
