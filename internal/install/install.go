@@ -418,3 +418,78 @@ func writeLayer(diskPath string, ext disk.Extent, data []byte, built string) err
 	}
 	return sink.Commit()
 }
+
+// ReplaceLayer writes a newer layer (built by liken layer from the same cluster identity, for
+// the role the disk already has) into an installed disk's layer partition, leaving its slots,
+// boot loader and state alone: the machine reads it at its next boot. A server that boots with
+// a layer holding more Machines makes the missing ones (internal/bootstrap). The layer is
+// checked as Install checks it, and against the layer the disk holds now: same role and same
+// cluster CA. It returns the new layer's digest.
+func ReplaceLayer(o Options) (string, error) {
+	lf, size, err := layer.Open(o.Layer, layer.DefaultLimits)
+	if err != nil {
+		return "", err
+	}
+	data := make([]byte, size)
+	_, err = io.ReadFull(lf, data)
+	lf.Close()
+	if err != nil {
+		return "", fmt.Errorf("reading the layer: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	if o.LayerDigest != "" && o.LayerDigest != digest {
+		return "", fmt.Errorf("the layer %s is %s, not the %s given: it is not the layer that was built", o.Layer, digest, o.LayerDigest)
+	}
+	idx, _, err := layer.Read(bytes.NewReader(data), layer.DefaultLimits)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", o.Layer, err)
+	}
+	if o.Machine != "" {
+		if data, idx, err = layer.Narrow(data, o.Machine); err != nil {
+			return "", err
+		}
+	}
+	parts, err := disk.Read(o.Disk)
+	if err != nil {
+		return "", fmt.Errorf("%s is not an installed liken disk: %w", o.Disk, err)
+	}
+	ext, ok := parts[disk.Layer]
+	if !ok {
+		return "", fmt.Errorf("%s has no layer partition: it is not an installed liken disk", o.Disk)
+	}
+	if int64(disk.LayerHeaderSize+len(data)+disk.LayerTrailerSize) > ext.Size {
+		return "", fmt.Errorf("the layer (%d bytes) does not fit the disk's %d MiB layer partition", len(data), ext.Size>>20)
+	}
+	old, err := readInstalledLayer(o.Disk, ext)
+	if err != nil {
+		return "", fmt.Errorf("reading the layer %s holds now: %w", o.Disk, err)
+	}
+	if old.Role != idx.Role || old.CAHash != idx.CAHash {
+		return "", fmt.Errorf("%s holds a %s layer of cluster CA %.12s; this is a %s layer of cluster CA %.12s: not a newer layer for this machine", o.Disk, old.Role, old.CAHash, idx.Role, idx.CAHash)
+	}
+	return digest, writeLayer(o.Disk, ext, data, digest)
+}
+
+// readInstalledLayer reads the index of the layer a disk's layer partition holds.
+func readInstalledLayer(diskPath string, ext disk.Extent) (*layer.Index, error) {
+	f, err := os.Open(diskPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	head := make([]byte, disk.LayerHeaderSize)
+	if _, err := f.ReadAt(head, ext.Offset); err != nil {
+		return nil, err
+	}
+	rec, err := disk.ParseLayerHeader(head, ext.Size)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, rec.Length)
+	if _, err := f.ReadAt(data, ext.Offset+disk.LayerHeaderSize); err != nil {
+		return nil, err
+	}
+	idx, _, err := layer.Read(bytes.NewReader(data), layer.DefaultLimits)
+	return idx, err
+}
