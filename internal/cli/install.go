@@ -16,10 +16,11 @@ import (
 
 func newInstall() *cobra.Command {
 	var (
-		out     output
-		o       install.Options
-		size    string
-		slotMiB int
+		out       output
+		o         install.Options
+		size      string
+		slotMiB   int
+		layerOnly bool
 	)
 	cmd := &cobra.Command{
 		Use:   "install --channel URL --pin DIGEST --layer FILE --disk PATH",
@@ -27,12 +28,29 @@ func newInstall() *cobra.Command {
 		Long: `Writes the pinned release into slot A of a disk (or a disk image file), with the boot
 loader, the deployment layer and an empty state partition. Every byte of the release is
 checked against the pin as it is written. A disk that is not empty is refused unless
---wipe; an image file this command created is removed again when the install fails.`,
+--wipe; an image file this command created is removed again when the install fails.
+
+With --layer-only, only the layer of an installed disk is replaced, by a newer one of the same
+cluster and role (built again with more Machines, say): its slots, boot loader and state are
+left alone, and the machine reads the new layer at its next boot; a server then makes the
+Machines that are missing. --channel and --pin are not needed.`,
 		Example: `  liken install --channel file:///srv/channel --pin sha256:... --layer layer/server.layer --disk /dev/sdb
   liken install --channel https://releases.example.com/liken --pin sha256:... --layer layer/agent.layer \
-      --disk agent-1.img --size 4G --machine agent-1`,
+      --disk agent-1.img --size 4G --machine agent-1
+  liken install --layer-only --layer layer/server.layer --disk server-1.img`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if layerOnly {
+				if o.Layer == "" || o.Disk == "" {
+					return usageErr("--layer-only needs --layer and --disk")
+				}
+				digest, err := install.ReplaceLayer(o)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "replaced the layer of %s with %s (%s); the machine reads it at its next boot\n", o.Disk, o.Layer, digest)
+				return nil
+			}
 			if o.Channel == "" || o.Pin == "" || o.Layer == "" || o.Disk == "" {
 				return usageErr("--channel, --pin, --layer and --disk are required")
 			}
@@ -76,6 +94,7 @@ checked against the pin as it is written. A disk that is not empty is refused un
 	f.StringVar(&o.Disk, "disk", "", "block device or disk image file to write")
 	f.StringVar(&o.Machine, "machine", "", "bind the disk to this Machine (keeps only its credential)")
 	f.BoolVar(&o.Wipe, "wipe", false, "erase a disk that is not empty")
+	f.BoolVar(&layerOnly, "layer-only", false, "replace only the layer of an installed disk with a newer one of the same cluster and role")
 	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot")
 	f.StringVar(&size, "size", "", "create --disk as an image file of this size (such as 4G or 3072M)")
 	f.IntVar(&slotMiB, "slot-size", disk.DefaultLayout.SlotMiB, "size of each slot in MiB")

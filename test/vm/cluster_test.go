@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/cli"
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/kube"
@@ -41,6 +42,8 @@ type standalone struct {
 	private    string // the private network's multicast address
 	admin      kubernetes.Interface
 	lc         *kube.Client
+	manifests  string // the Cluster and Machines the layers were built from
+	identity   string
 }
 
 type standaloneSpec = lab.Machine
@@ -57,29 +60,11 @@ func standaloneFleet(t *testing.T, machines ...standaloneSpec) *standalone {
 		t.Fatal(err)
 	}
 	s := &standalone{channel: ch, disks: map[string]string{}, apiPort: apiserver.FreePort(),
-		private: fmt.Sprintf("230.0.0.1:%d", 20000+rand.IntN(10000))}
-	out := t.TempDir()
-	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(out, "identity"), OutDir: out,
-		StandInNodeCredentials: true, Server: fmt.Sprintf("https://127.0.0.1:%d", s.apiPort)})
-	if err != nil {
-		t.Fatal(err)
-	}
+		private: fmt.Sprintf("230.0.0.1:%d", 20000+rand.IntN(10000)), manifests: dir, identity: filepath.Join(t.TempDir(), "identity")}
+	res := s.layers(t, docs)
 	s.kubeconfig = res.Kubeconfig
 	for _, m := range machines {
-		d := filepath.Join(t.TempDir(), m.Name+".img")
-		// A server's state partition holds etcd, whose write-ahead log alone takes 64 MiB.
-		// The image is sparse: only what is written takes room on the host.
-		size := testLayout.MinSizeMiB() + 16
-		if m.Role == "server" {
-			size += 512
-		}
-		if _, err := install.Install(context.Background(), install.Options{
-			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[v1alpha1.Role(m.Role)], LayerDigest: res.Digests[v1alpha1.Role(m.Role)],
-			Disk: d, SizeMiB: size, Layout: testLayout, KernelArgs: "quiet",
-		}); err != nil {
-			t.Fatal(err)
-		}
-		s.disks[m.Name] = d
+		s.install(t, m, res)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
 	if err != nil {
@@ -89,6 +74,63 @@ func standaloneFleet(t *testing.T, machines ...standaloneSpec) *standalone {
 	s.admin = kubernetes.NewForConfigOrDie(cfg)
 	s.lc, _ = kube.NewClient(cfg)
 	return s
+}
+
+// layers builds the fleet's layers from docs, on the fleet's identity.
+func (s *standalone) layers(t *testing.T, docs []manifest.Document) *identity.Result {
+	t.Helper()
+	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: s.identity, OutDir: t.TempDir(),
+		StandInNodeCredentials: true, Server: fmt.Sprintf("https://127.0.0.1:%d", s.apiPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// install installs m's disk with its role's layer.
+func (s *standalone) install(t *testing.T, m standaloneSpec, res *identity.Result) {
+	t.Helper()
+	d := filepath.Join(t.TempDir(), m.Name+".img")
+	// A server's state partition holds etcd, whose write-ahead log alone takes 64 MiB.
+	// The image is sparse: only what is written takes room on the host.
+	size := testLayout.MinSizeMiB() + 16
+	if m.Role == "server" {
+		size += 512
+	}
+	if _, err := install.Install(context.Background(), install.Options{
+		Channel: "file://" + s.channel.dir, Pin: s.channel.pins[releaseA], Layer: res.Layers[v1alpha1.Role(m.Role)], LayerDigest: res.Digests[v1alpha1.Role(m.Role)],
+		Disk: d, SizeMiB: size, Layout: testLayout, KernelArgs: "quiet",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.disks[m.Name] = d
+}
+
+// ready waits until each named machine's Node and Machine are Ready, with hardware and
+// release reported, and returns when each was first seen so.
+func (s *standalone) ready(t *testing.T, since time.Time, timeout time.Duration, names ...string) map[string]time.Duration {
+	t.Helper()
+	ready := map[string]time.Duration{}
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			if ready[name] > 0 {
+				continue
+			}
+			n, err := s.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !kube.NodeReady(n) {
+				continue
+			}
+			m, err := s.lc.Machine(ctx, name)
+			if err == nil && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Hardware != nil && m.Status.Release != nil {
+				ready[name] = time.Since(since)
+			}
+		}
+		return len(ready) == len(names), nil
+	})
+	if err != nil {
+		t.Fatalf("not every machine was Ready after %s (Ready: %v)", timeout, ready)
+	}
+	return ready
 }
 
 // boot starts a machine of the fleet; the server's API is forwarded to the host.
@@ -136,6 +178,9 @@ var (
 // plane, bootstrap makes the Cluster and Machines from its layer, the agent joins over the
 // private network, and through the layer's admin kubeconfig kubectl shows both Nodes and
 // both Machines with their hardware and slot. A sysctl edit then applies live on the agent.
+// Then the layers are built again with one more Machine: the server boots with the newer
+// layer and makes only that Machine (an operator's edits to the Cluster and to lab-agent
+// stand), and the new agent joins.
 func TestClusterStandsUpByItself(t *testing.T) {
 	s := standaloneFleet(t, labServer, labAgent)
 	start := time.Now()
@@ -144,26 +189,7 @@ func TestClusterStandsUpByItself(t *testing.T) {
 		"lab-agent":  s.boot(t, labAgent, 1024),
 	}
 	apiUp := expect(t, vms["lab-server"], "k3s-standin: kube-apiserver ready", 8*time.Minute)
-	ready := map[string]time.Duration{}
-	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, name := range []string{"lab-server", "lab-agent"} {
-			if ready[name] > 0 {
-				continue
-			}
-			n, err := s.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !kube.NodeReady(n) {
-				continue
-			}
-			m, err := s.lc.Machine(ctx, name)
-			if err == nil && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Hardware != nil && m.Status.Release != nil {
-				ready[name] = time.Since(start)
-			}
-		}
-		return len(ready) == 2, nil
-	})
-	if err != nil {
-		t.Fatalf("the cluster did not come up by itself (Ready: %v)", ready)
-	}
+	ready := s.ready(t, start, 8*time.Minute, "lab-server", "lab-agent")
 	nodes := s.kubectl(t, "get", "nodes", "-o", "wide")
 	machines := s.kubectl(t, "get", "machines")
 	t.Logf("kubectl get nodes:\n%s\nkubectl get machines:\n%s", nodes, machines)
@@ -220,6 +246,57 @@ func TestClusterStandsUpByItself(t *testing.T) {
 		reasons = append(reasons, e.Reason)
 	}
 	t.Logf("lab-agent's Events: %v", reasons)
+	// Bootstrap with a newer layer. An operator edits the Cluster, then builds the layers again
+	// with one more Machine; the server boots with the new layer (a power cycle here), and
+	// makes lab-agent-3 without touching what exists; lab-agent-3 then joins.
+	extra := "sha256:" + strings.Repeat("e", 64)
+	c, err := s.lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.Releases["2026.12.31-001"] = v1alpha1.Digest(extra)
+	if c.Spec.Sysctls == nil {
+		c.Spec.Sysctls = v1alpha1.Sysctls{}
+	}
+	c.Spec.Sysctls["vm.max_map_count"] = "262144"
+	if _, err := s.lc.UpdateCluster(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	third := standaloneSpec{Name: "lab-agent-3", Role: "agent", MAC: "52:54:00:12:34:03", PrivateMAC: "52:54:00:76:00:30", IP: "192.168.76.30"}
+	if err := lab.WriteManifests(s.manifests, s.channel.guestURL, releaseA, s.channel.pins[releaseA], []lab.Machine{labServer, labAgent, third}); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := manifest.Load(s.manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := s.layers(t, docs)
+	var stdout, stderr strings.Builder
+	if code := cli.Run(t.Context(), []string{"install", "--layer-only", "--layer", newer.Layers[v1alpha1.RoleServer], "--layer-digest", newer.Digests[v1alpha1.RoleServer],
+		"--disk", s.disks["lab-server"]}, &stdout, &stderr); code != 0 {
+		t.Fatalf("liken install --layer-only: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	vms["lab-server"].Kill()
+	rebooted := time.Now()
+	vms["lab-server"] = s.boot(t, labServer, 2048)
+	s.install(t, third, newer)
+	vms["lab-agent-3"] = s.boot(t, third, 1024)
+	back := s.ready(t, rebooted, 10*time.Minute, "lab-server", "lab-agent", "lab-agent-3")
+	c, err = s.lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.Releases["2026.12.31-001"] != v1alpha1.Digest(extra) || c.Spec.Sysctls["vm.max_map_count"] != "262144" {
+		t.Errorf("the operator's Cluster edits did not stand the server's boot with a newer layer: releases %v, sysctls %v", c.Spec.Releases, c.Spec.Sysctls)
+	}
+	if m, _ := s.lc.Machine(t.Context(), "lab-agent"); m.Spec.Sysctls["vm.swappiness"] != "13" {
+		t.Errorf("lab-agent's edit did not stand: sysctls %v", m.Spec.Sysctls)
+	}
+	if !strings.Contains(vms["lab-server"].Console(), `"created":["Machine lab-agent-3"]`) {
+		t.Errorf("bootstrap did not say it made only lab-agent-3")
+	}
+	report.Line("bootstrap with a newer layer (TCG): after the server's power cycle, server Ready %s, lab-agent-3 (new) Ready %s",
+		back["lab-server"].Round(time.Second), back["lab-agent-3"].Round(time.Second))
 	report.Line("cluster stands up by itself (TCG, 1 vCPU each, from QEMU start): server API ready %s, server Ready %s, agent Ready %s; a live sysctl edit applied in %s",
 		apiUp.Round(time.Second), ready["lab-server"].Round(time.Second), ready["lab-agent"].Round(time.Second), time.Since(edited).Round(time.Second))
 }
