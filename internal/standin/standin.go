@@ -32,14 +32,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -281,7 +284,7 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		if err := heartbeat(ctx, client, name, !neverReady); err != nil {
+		if err := heartbeat(ctx, client, name, !neverReady, c.nodeStatus()); err != nil {
 			fmt.Fprintf(log, "k3s-standin: heartbeat: %v\n", err)
 		} else {
 			ready.Store(!neverReady)
@@ -346,7 +349,36 @@ func register(ctx context.Context, client kubernetes.Interface, c *Config, name 
 	return nil
 }
 
-func heartbeat(ctx context.Context, client kubernetes.Interface, name string, ready bool) error {
+// nodeStatus is what a kubelet reports about its host: its addresses and system info, the
+// boot ID from the kernel (so a reboot shows in the Node, as with a kubelet).
+func (c *Config) nodeStatus() corev1.NodeStatus {
+	read := func(path string) string {
+		b, _ := os.ReadFile(path)
+		return strings.TrimSpace(string(b))
+	}
+	osImage := "unknown"
+	for _, l := range strings.Split(read("/etc/os-release"), "\n") {
+		if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+			osImage = strings.Trim(v, `"`)
+		}
+	}
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	ip, _ := c.Values["node-ip"].(string)
+	if ip == "" {
+		ip = firstHostIP()
+	}
+	return corev1.NodeStatus{
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: c.NodeName()}},
+		NodeInfo: corev1.NodeSystemInfo{
+			BootID: read("/proc/sys/kernel/random/boot_id"), MachineID: read("/etc/machine-id"),
+			KernelVersion: unix.ByteSliceToString(uts.Release[:]), OSImage: osImage, OperatingSystem: "linux", Architecture: runtime.GOARCH,
+			ContainerRuntimeVersion: "stand-in://none", KubeletVersion: "v1.37.2-standin", KubeProxyVersion: "",
+		},
+	}
+}
+
+func heartbeat(ctx context.Context, client kubernetes.Interface, name string, ready bool, host corev1.NodeStatus) error {
 	now := metav1.NowMicro()
 	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -383,15 +415,16 @@ func heartbeat(ctx context.Context, client kubernetes.Interface, name string, re
 	}
 	// Only the heartbeat time changes between beats; skip the write unless the status does.
 	var kept []corev1.NodeCondition
+	same := node.Status.NodeInfo == host.NodeInfo && equality.Semantic.DeepEqual(node.Status.Addresses, host.Addresses)
 	for _, c := range node.Status.Conditions {
 		if c.Type != corev1.NodeReady {
 			kept = append(kept, c)
-		} else if c.Status == status && c.Reason == reason {
+		} else if c.Status == status && c.Reason == reason && same {
 			return nil
 		}
 	}
 	node.Status.Conditions = append(kept, cond)
-	node.Status.NodeInfo.KubeletVersion = "v1.37.2-standin"
+	node.Status.NodeInfo, node.Status.Addresses = host.NodeInfo, host.Addresses
 	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	return err
 }

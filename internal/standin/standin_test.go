@@ -150,6 +150,14 @@ func TestRegistersAndHeartbeats(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the stand-in's Node never became Ready: %v; node %+v", err, node)
 	}
+	// As a kubelet, it reports the host's boot ID (a reboot shows in the Node) and addresses.
+	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if got := node.Status.NodeInfo.BootID; got == "" || got != strings.TrimSpace(string(bootID)) {
+		t.Errorf("nodeInfo.bootID = %q; want the kernel's %q", got, bootID)
+	}
+	if len(node.Status.Addresses) == 0 || node.Status.NodeInfo.KernelVersion == "" {
+		t.Errorf("the Node reports no addresses or kernel: %+v %+v", node.Status.Addresses, node.Status.NodeInfo)
+	}
 	if node.Labels["example.com/pool"] != "a" || node.Labels["node.liken.dev/k3s"] != "stand-in" {
 		t.Errorf("registration labels = %v", node.Labels)
 	}
