@@ -372,4 +372,20 @@ kube-controller-manager-arg: ["node-monitor-grace-period=20s"]
 	if b, err := os.ReadFile(filepath.Join(data, "server", "agent-token")); err != nil || strings.TrimSpace(string(b)) != id.AgentToken() {
 		t.Errorf("server/agent-token = %q, %v", b, err)
 	}
+
+	// An agent whose token is another cluster's is refused before it sends anything.
+	otherID, err := identity.LoadOrCreateIdentity(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "other-token"), []byte(otherID.AgentToken()+"\n"))
+	writeFile(t, filepath.Join(dir, "stray.yaml"), fmt.Appendf(nil, "node-name: stray\nserver: %s\ntoken-file: %s\n", url, filepath.Join(dir, "other-token")))
+	cfg2, err := Parse([]string{"agent", "--config", filepath.Join(dir, "stray.yaml")}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"LIKEN_STANDIN_KUBECONFIG": nodeKubeconfig("stray"), "LIKEN_STANDIN_HEALTHZ": fmt.Sprintf("127.0.0.1:%d", apiserver.FreePort())}
+	if err := Run(t.Context(), cfg2, func(k string) string { return env[k] }, &testLog{t}); err == nil || !strings.Contains(err.Error(), "token CA hash does not match") {
+		t.Errorf("an agent with another cluster's token: %v", err)
+	}
 }

@@ -26,6 +26,8 @@ package standin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -227,6 +229,9 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", kc, err)
 	}
+	if err := c.checkTokenCA(rc.TLSClientConfig.CAData); err != nil {
+		return err
+	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
@@ -302,6 +307,31 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		case <-tick.C:
 		}
 	}
+}
+
+// checkTokenCA checks a joining machine's token against the cluster CA it trusts, as k3s
+// checks a secure token's CA hash (K10<sha256 of the CA bundle>::user:password) before it
+// sends its credentials. k3s compares it with the server's /cacerts; the stand-in's server has
+// no supervisor to serve that, so the CA is the one the machine's kubeconfig trusts (from its
+// layer), and the password is not presented to anyone.
+func (c *Config) checkTokenCA(ca []byte) error {
+	if _, joining := c.Values["server"]; !joining {
+		return nil
+	}
+	tok, err := c.secret("token")
+	if err != nil {
+		return err
+	}
+	hash, ok := strings.CutPrefix(tok, "K10")
+	hash, _, secure := strings.Cut(hash, "::")
+	if !ok || !secure || len(hash) != 64 {
+		return nil // a short token: k3s too joins without a CA check
+	}
+	sum := sha256.Sum256(ca)
+	if hex.EncodeToString(sum[:]) != hash {
+		return errors.New("token CA hash does not match the Cluster CA certificate hash: the token is for another cluster")
+	}
+	return nil
 }
 
 // registerWhenUp registers the Node, waiting for the API server as k3s's agent waits for its
