@@ -71,27 +71,17 @@ func (l *testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// started runs cp until the test ends and returns its admin config once it is ready.
+// started runs cp until the test ends (through startControlPlane, as the stand-in's server
+// runs it) and returns its admin config once it is ready.
 func started(t *testing.T, cp *ControlPlane) (*rest.Config, context.CancelFunc, <-chan error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *rest.Config, 1)
-	done := make(chan error, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		done <- cp.Run(ctx, func(c *rest.Config) { ready <- c })
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	admin, done, finished, err := startControlPlane(ctx, cp)
 	t.Cleanup(func() { cancel(); <-finished })
-	select {
-	case c := <-ready:
-		return c, cancel, done
-	case err := <-done:
+	if err != nil || admin == nil {
 		t.Fatalf("the control plane stopped before it was ready: %v", err)
-	case <-time.After(4 * time.Minute):
-		t.Fatal("the control plane was not ready after 4 minutes")
 	}
-	return nil, nil, nil
+	return admin, cancel, done
 }
 
 // TestControlPlaneLikeK3s: from the CAs liken's layer provides, the stand-in's control plane
