@@ -23,7 +23,7 @@ func newLab() *cobra.Command {
 		Short: "run a liken cluster of QEMU machines on this host",
 		Long: `A lab is a liken cluster on this host: a release with liken's k3s stand-in built from this
 source tree into a local channel, a Cluster and Machines, their layers, installed disk images,
-and the machines booted in QEMU (KVM with --kvm, else software emulation) on a private
+and the machines booted in QEMU (KVM where it works, else software emulation) on a private
 network between them, the server's API forwarded to a local port. Everything lives in one
 directory; 'liken lab down' stops what 'up' started and removes it.`,
 	}, newLabUp(), newLabStatus(), newLabDown(), newLabPublish(), newLabServeChannel())
@@ -84,7 +84,7 @@ Try:
 	f.IntVar(&o.APIPort, "api-port", o.APIPort, "the local port the server's API is forwarded to")
 	f.StringVar(&o.Source, "source", "", "liken's source tree the release is built from (default: the one holding the current directory)")
 	f.StringVar(&o.Version, "version", o.Version, "the release's version")
-	f.BoolVar(&o.KVM, "kvm", false, "use KVM (where /dev/kvm works); otherwise QEMU emulates the CPU")
+	f.StringVar(&o.Accel, "accel", o.Accel, "auto (KVM where it boots a kernel here, else software emulation), kvm or tcg")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every machine to be Ready")
 	return cmd
 }

@@ -41,7 +41,8 @@ type Options struct {
 	Source string
 	// Version is the release's version.
 	Version string
-	KVM     bool
+	// Accel is "auto" (KVM where it boots a kernel, else software emulation), "kvm" or "tcg".
+	Accel string
 	// ChannelServer is the command that serves the channel directory (given as its last two
 	// arguments: the directory and the port) in the background: the liken binary itself.
 	ChannelServer []string
@@ -51,7 +52,7 @@ type Options struct {
 }
 
 // Defaults fit a 2-core, 8 GiB machine.
-var Defaults = Options{Servers: 1, Agents: 1, ServerMiB: 2048, AgentMiB: 1024, APIPort: 6443, Version: "2026.12.01-001", Timeout: 15 * time.Minute}
+var Defaults = Options{Servers: 1, Agents: 1, ServerMiB: 2048, AgentMiB: 1024, APIPort: 6443, Version: "2026.12.01-001", Accel: "auto", Timeout: 15 * time.Minute}
 
 // check refuses what cannot work before anything is started or written.
 func (o *Options) check() error {
@@ -60,6 +61,9 @@ func (o *Options) check() error {
 	}
 	if o.Agents < 0 || o.Agents > 8 {
 		return fmt.Errorf("--agents %d: give 0 to 8", o.Agents)
+	}
+	if o.Accel != "auto" && o.Accel != "kvm" && o.Accel != "tcg" {
+		return fmt.Errorf("--accel %q: give auto, kvm or tcg", o.Accel)
 	}
 	if !apirelease.ValidVersion(o.Version) {
 		return fmt.Errorf("--version %q is not of the form 2026.07.20-001", o.Version)
@@ -135,6 +139,16 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return st, err
 	}
 	say("release built and published into %s (%s)", channel, pin)
+	kvm := o.Accel == "kvm"
+	if o.Accel == "auto" {
+		var why string
+		kvm, why = qemu.ProbeKVM(ctx, filepath.Join(relDir, "vmlinuz"), 20*time.Second)
+		if kvm {
+			say("%s: the machines use KVM", why)
+		} else {
+			say("%s: the machines run in software emulation (TCG), several times slower", why)
+		}
+	}
 
 	// The Cluster, the Machines and their layers.
 	chPort := 20000 + rand.IntN(10000)
@@ -200,7 +214,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}
 	for i := range st.Machines {
 		m := &st.Machines[i]
-		if err := st.boot(m, o.KVM, private); err != nil {
+		if err := st.boot(m, kvm, private); err != nil {
 			return st, err
 		}
 		say("%s: booting (pid %d, %d MiB, console %s)", m.Name, m.PID, m.MemoryMiB, m.Console)

@@ -4,9 +4,15 @@
 package qemu
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 )
 
 // OVMF's firmware and variable store, from Debian's ovmf package.
@@ -115,4 +121,67 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-drive", spec)
 	}
 	return args, nil
+}
+
+// ProbeKVM says whether KVM boots a kernel on this host: /dev/kvm must open, and the kernel
+// must print its banner within timeout under KVM. Where nested virtualisation hangs, as on
+// liken's build machines, /dev/kvm opens but nothing runs: only a real boot tells. The
+// answer says why, for the user.
+func ProbeKVM(ctx context.Context, kernel string, timeout time.Duration) (bool, string) {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Sprintf("no usable /dev/kvm (%v)", err)
+	}
+	f.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "256",
+		"-display", "none", "-nodefaults", "-no-reboot", "-serial", "stdio",
+		"-kernel", kernel, "-append", "console=ttyS0 panic=-1")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return false, fmt.Sprintf("starting QEMU with KVM: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if strings.Contains(out.String(), "Linux version") {
+			cmd.Process.Kill()
+			<-done
+			return true, "KVM boots a kernel here"
+		}
+		select {
+		case <-done:
+			return strings.Contains(out.String(), "Linux version"), fmt.Sprintf("QEMU with KVM stopped: %s", firstLine(out.String()))
+		case <-ctx.Done():
+			<-done
+			return false, fmt.Sprintf("KVM did not boot a kernel within %s (nested virtualisation may hang here)", timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return l
 }
