@@ -41,6 +41,15 @@ func main() {
 }
 
 func run() error {
+	// k3s's files are where init put them (k3s.DefaultPaths), so the agent renders the same
+	// configuration; every path starts from there, and a flag moves one.
+	paths := k3s.DefaultPaths
+	flag.StringVar(&paths.Config, "k3s-config", paths.Config, "k3s config file")
+	flag.StringVar(&paths.Registries, "k3s-registries", paths.Registries, "k3s registries file")
+	flag.StringVar(&paths.RegistryFiles, "k3s-registry-files", paths.RegistryFiles, "directory for registry CA and client files")
+	flag.StringVar(&paths.TokenFile, "k3s-token-file", paths.TokenFile, "k3s join token file")
+	flag.StringVar(&paths.AgentTokenFile, "k3s-agent-token-file", paths.AgentTokenFile, "on servers, the agent token file k3s accepts agents with")
+	flag.StringVar(&paths.DataDir, "k3s-data-dir", paths.DataDir, "k3s data directory")
 	var (
 		machine    = flag.String("machine", "", "this machine's name (its Machine and Node)")
 		kubeconfig = flag.String("kubeconfig", "/var/lib/liken/agent.kubeconfig", "the machine's own credentials")
@@ -52,12 +61,6 @@ func run() error {
 		sysfs      = flag.String("sysfs", hardware.Default.Sys, "sysfs root for the hardware inventory")
 		procfs     = flag.String("procfs", hardware.Default.Proc, "procfs root for the hardware inventory")
 		delay      = flag.Duration("restart-delay", 2*time.Second, "quiet time before k3s is restarted for new configuration")
-		k3sConfig  = flag.String("k3s-config", k3s.DefaultPaths.Config, "k3s config file")
-		k3sReg     = flag.String("k3s-registries", k3s.DefaultPaths.Registries, "k3s registries file")
-		k3sRegDir  = flag.String("k3s-registry-files", k3s.DefaultPaths.RegistryFiles, "directory for registry CA and client files")
-		tokenFile  = flag.String("k3s-token-file", k3s.DefaultPaths.TokenFile, "k3s join token file")
-		agentToken = flag.String("k3s-agent-token-file", k3s.DefaultPaths.AgentTokenFile, "on servers, the agent token file k3s accepts agents with")
-		dataDir    = flag.String("k3s-data-dir", k3s.DefaultPaths.DataDir, "k3s data directory")
 		healthz    = flag.String("k3s-healthz", "http://127.0.0.1:10248/healthz", "k3s's health check (the kubelet's); empty: not checked")
 		coord      = flag.Bool("coordinator", false, "take part in electing the reboot coordinator (server machines)")
 		bootKC     = flag.String("bootstrap-kubeconfig", "", "the bootstrap credential: create the Cluster and Machines of --layer-dir where absent (server machines)")
@@ -76,7 +79,7 @@ func run() error {
 	a, err := agent.New(agent.Config{
 		Machine: *machine, REST: cfg, State: state.Store{Dir: *stateDir},
 		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
-		K3sPaths: k3s.Paths{Config: *k3sConfig, Registries: *k3sReg, RegistryFiles: *k3sRegDir, TokenFile: *tokenFile, AgentTokenFile: *agentToken, DataDir: *dataDir},
+		K3sPaths: paths,
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
 		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition, K3sHealthz: *healthz,
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
