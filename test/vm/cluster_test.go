@@ -46,9 +46,7 @@ type standalone struct {
 	identity   string
 }
 
-type standaloneSpec = lab.Machine
-
-func standaloneFleet(t *testing.T, machines ...standaloneSpec) *standalone {
+func standaloneFleet(t *testing.T, machines ...lab.Machine) *standalone {
 	t.Helper()
 	ch := newChannelServer(t, releaseA)
 	dir := t.TempDir()
@@ -88,7 +86,7 @@ func (s *standalone) layers(t *testing.T, docs []manifest.Document) *identity.Re
 }
 
 // install installs m's disk with its role's layer.
-func (s *standalone) install(t *testing.T, m standaloneSpec, res *identity.Result) {
+func (s *standalone) install(t *testing.T, m lab.Machine, res *identity.Result) {
 	t.Helper()
 	d := filepath.Join(t.TempDir(), m.Name+".img")
 	// A server's state partition holds etcd, whose write-ahead log alone takes 64 MiB.
@@ -134,7 +132,7 @@ func (s *standalone) ready(t *testing.T, since time.Time, timeout time.Duration,
 }
 
 // boot starts a machine of the fleet; the server's API is forwarded to the host.
-func (s *standalone) boot(t *testing.T, m standaloneSpec, memMiB int) *VM {
+func (s *standalone) boot(t *testing.T, m lab.Machine, memMiB int) *VM {
 	t.Helper()
 	opts := Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: s.disks[m.Name]}}, AllowReboot: true,
 		NICs: []string{m.MAC}, Private: s.private, PrivateMAC: m.PrivateMAC, MemoryMiB: memMiB,
@@ -169,8 +167,8 @@ func (s *standalone) kubectl(t *testing.T, args ...string) string {
 }
 
 var (
-	labServer = standaloneSpec{Name: "lab-server", Role: "server", MAC: "52:54:00:12:34:01", PrivateMAC: "52:54:00:76:00:10", IP: "192.168.76.10"}
-	labAgent  = standaloneSpec{Name: "lab-agent", Role: "agent", MAC: "52:54:00:12:34:02", PrivateMAC: "52:54:00:76:00:20", IP: "192.168.76.20"}
+	labServer = lab.Machine{Name: "lab-server", Role: "server", MAC: "52:54:00:12:34:01", PrivateMAC: "52:54:00:76:00:10", IP: "192.168.76.10"}
+	labAgent  = lab.Machine{Name: "lab-agent", Role: "agent", MAC: "52:54:00:12:34:02", PrivateMAC: "52:54:00:76:00:20", IP: "192.168.76.20"}
 )
 
 // TestClusterStandsUpByItself: from a stand-in release and the layers liken layer builds, a
@@ -263,7 +261,7 @@ func TestClusterStandsUpByItself(t *testing.T) {
 	if _, err := s.lc.UpdateCluster(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	third := standaloneSpec{Name: "lab-agent-3", Role: "agent", MAC: "52:54:00:12:34:03", PrivateMAC: "52:54:00:76:00:30", IP: "192.168.76.30"}
+	third := lab.Machine{Name: "lab-agent-3", Role: "agent", MAC: "52:54:00:12:34:03", PrivateMAC: "52:54:00:76:00:30", IP: "192.168.76.30"}
 	if err := lab.WriteManifests(s.manifests, s.channel.guestURL, releaseA, s.channel.pins[releaseA], []lab.Machine{labServer, labAgent, third}); err != nil {
 		t.Fatal(err)
 	}
