@@ -317,4 +317,8 @@ type FailedRelease struct {
 	// +optional
 	Message string      `json:"message,omitempty"`
 	At      metav1.Time `json:"at"`
+	// Retried: this failure came from the one retry spec.retryFailedDigest allowed, and that
+	// setting still names the digest; it goes back to false once the setting is cleared.
+	// +optional
+	Retried bool `json:"retried,omitempty"`
 }

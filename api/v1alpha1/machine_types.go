@@ -121,7 +121,10 @@ type MachineSpec struct {
 	Version ReleaseVersion `json:"version,omitempty"`
 
 	// RetryFailedDigest allows the machine to try once more a release digest whose trial
-	// failed here. A failed digest is never retried otherwise.
+	// failed here. A failed digest is never retried otherwise. The retry belongs to this
+	// setting, not to the Machine's other fields: once it is used (its failure shows
+	// retried: true in status.upgrade.failedReleases), no other edit allows another; clear
+	// the field, wait until the failure no longer shows retried, then set it again.
 	// +optional
 	RetryFailedDigest Digest `json:"retryFailedDigest,omitempty"`
 

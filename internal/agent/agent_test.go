@@ -69,6 +69,25 @@ type sim struct {
 	lastWords time.Duration
 	// coordinator makes the agent run the reboot coordinator, as a server's agent does.
 	coordinator bool
+	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
+	// reporting the boot before, as a kubelet that has not started yet leaves it.
+	kubeletLate bool
+}
+
+// bootIDFile is where the sim's stand-in reads the boot ID its Node reports: the boot ID of
+// the sim's boot control, written by start, as a kubelet reports its kernel's.
+func (s *sim) bootIDFile() string { return filepath.Join(s.dir, "boot_id") }
+
+// reportBoot makes the stand-in's Node report the sim's current boot.
+func (s *sim) reportBoot(t testing.TB) {
+	t.Helper()
+	bi, err := s.bootCtl.BootInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.bootIDFile(), []byte(bi.BootID+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newSim(t testing.TB, name string, role v1alpha1.Role) *sim {
@@ -117,7 +136,7 @@ func (s *sim) boot(t testing.TB, f *fixture) {
 	l.Close()
 	s.healthz = "http://" + healthz + "/healthz"
 	s.k3s = supervisor.New(supervisor.Spec{Name: "k3s", Path: os.Args[0], Args: []string{string(s.role), "--config", s.paths.Config},
-		Env:    append(os.Environ(), "LIKEN_TEST_HELPER=k3s-standin", "LIKEN_STANDIN_KUBECONFIG="+kc, "LIKEN_STANDIN_HEALTHZ="+healthz),
+		Env:    append(os.Environ(), "LIKEN_TEST_HELPER=k3s-standin", "LIKEN_STANDIN_KUBECONFIG="+kc, "LIKEN_STANDIN_HEALTHZ="+healthz, "LIKEN_STANDIN_BOOT_ID_FILE="+s.bootIDFile()),
 		Stderr: os.Stderr, RestartDelay: 200 * time.Millisecond, StopTimeout: 5 * time.Second}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -127,6 +146,9 @@ func (s *sim) boot(t testing.TB, f *fixture) {
 
 func (s *sim) start(t testing.TB) {
 	t.Helper()
+	if s.bootCtl != nil && !s.kubeletLate {
+		s.reportBoot(t)
+	}
 	cfg, err := env.UserConfig(authority.User(s.name), authority.Group)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,10 @@ type outcome struct {
 	staged    []change.Change   // NextBoot and Reboot changes newly staged
 	restarted bool              // k3s files changed; a restart is scheduled
 	nodeFound bool
+	// nodeReady: the Node is Ready by a report of this boot (its boot ID is init's).
 	nodeReady bool
+	// nodeStale says why the Node's status is not this boot's; empty when it is.
+	nodeStale string
 	// k3sUnhealthy says why k3s's health check failed; empty when healthy or not checked.
 	k3sUnhealthy string
 	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
@@ -61,8 +64,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			return err
 		}
 		a.adoptStatusRecords(m)
+		a.adoptFailures(m)
 		a.attemptResolved = true
 	}
+	a.endRetrySettings(m) // saved with the rest of this pass
 	desired := change.Spec{Cluster: c.Spec, Machine: m.Spec}
 	applied := desired
 	if a.st.Applied != nil {
@@ -81,6 +86,12 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	a.applySysctls(desired, out)
 	if node != nil {
 		out.nodeReady = kube.NodeReady(node)
+		if bi := a.bootInfo; bi != nil && bi.BootID != "" && node.Status.NodeInfo.BootID != bi.BootID {
+			// The Node still shows the last boot's kubelet (its Ready may be minutes old):
+			// nothing it says is evidence about this boot. Its next report wakes the agent.
+			out.nodeReady = false
+			out.nodeStale = fmt.Sprintf("the Node's status is from another boot (boot ID %q, this boot is %q): k3s has not reported this boot yet", node.Status.NodeInfo.BootID, bi.BootID)
+		}
 		if err := a.applyNode(ctx, node, m.Spec, out); err != nil {
 			return err
 		}

@@ -56,6 +56,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		pending:        s.Pending,
 		nodeFound:      out.nodeFound,
 		nodeReady:      out.nodeReady,
+		nodeStale:      out.nodeStale,
 		k3sUnhealthy:   out.k3sUnhealthy,
 		trialFailed:    failed,
 	}) {
@@ -82,6 +83,7 @@ type condInput struct {
 	pending        []v1alpha1.PendingChange
 	nodeFound      bool
 	nodeReady      bool
+	nodeStale      string
 	k3sUnhealthy   string
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
@@ -138,6 +140,8 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineReady, false, v1alpha1.ReasonK3sNotReady, in.k3sUnhealthy)
 	case !in.nodeFound:
 		add(v1alpha1.MachineReady, false, v1alpha1.ReasonNodeNotReady, "the Node is not registered yet")
+	case in.nodeStale != "":
+		add(v1alpha1.MachineReady, false, v1alpha1.ReasonNodeNotReady, in.nodeStale)
 	case !in.nodeReady:
 		add(v1alpha1.MachineReady, false, v1alpha1.ReasonNodeNotReady, "the Node is not Ready")
 	case failed != "" || in.restartPending:

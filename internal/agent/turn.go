@@ -27,6 +27,8 @@ func (a *Agent) healthy(out *outcome) (bool, string) {
 	switch {
 	case out.k3sUnhealthy != "":
 		return false, "k3s is not healthy yet: " + out.k3sUnhealthy
+	case out.nodeStale != "":
+		return false, out.nodeStale
 	case !out.nodeReady:
 		return false, "the Node is not Ready yet"
 	case a.st.K3sRestartPending:

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -191,7 +189,7 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	what := []string{}
 	if at.Digest != at.FromDigest {
 		a.forgetFailure(at.Digest)
-		a.st.FailedReleases = append(a.st.FailedReleases, v1alpha1.FailedRelease{Digest: at.Digest, Version: at.Version, Reason: reason, Message: msg, At: now})
+		a.st.FailedReleases = append(a.st.FailedReleases, v1alpha1.FailedRelease{Digest: at.Digest, Version: at.Version, Reason: reason, Message: msg, At: now, Retried: at.Retry})
 		what = append(what, fmt.Sprintf("release %s in slot %s", at.Version, at.Slot))
 	}
 	if at.KernelArgs != at.FromKernelArgs {
@@ -358,8 +356,12 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	if f := a.failedRelease(digest); f != nil && !a.retryAllowed(m, digest) {
 		a.stopJob()
 		v.status.State = v1alpha1.UpgradeFellBack
-		v.status.Message = fmt.Sprintf("release %s failed its trial on %s (%s: %s); it is tried again only when spec.retryFailedDigest names %s (once per change of the Machine)",
+		v.status.Message = fmt.Sprintf("release %s failed its trial on %s (%s: %s); it is tried again only when spec.retryFailedDigest names %s (once per setting)",
 			version, f.At.Format(time.RFC3339), f.Reason, f.Message, digest)
+		if f.Retried {
+			v.status.Message = fmt.Sprintf("release %s failed again on %s, in the retry spec.retryFailedDigest allowed (%s: %s); to try once more, clear spec.retryFailedDigest, wait until this failure no longer shows retried, and set it again",
+				version, f.At.Format(time.RFC3339), f.Reason, f.Message)
+		}
 		v.failed = f
 		// Not retried, so it holds back no reboot for other changes or a request.
 		v.releaseReady = true
@@ -628,10 +630,8 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		if v.staged {
 			digest, version = v.digest, v.wantVersion
 		}
-		if v.staged && string(m.Spec.RetryFailedDigest) == v.digest {
-			a.st.RetryUsedBy = retryKey(m) // the one try this spec allows
-		}
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
+			Retry:    v.staged && a.failedRelease(v.digest) != nil, // the one try the setting allows
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
 			At: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
 	}
@@ -792,17 +792,38 @@ func (a *Agent) approvalUsed(m *v1alpha1.Machine) bool {
 	return a.st.ApprovedHash == ap.PendingHash && sameTime
 }
 
-// retryAllowed: spec.retryFailedDigest names digest, and this Machine spec has not used its
-// retry yet, so a retry that fails again is not retried by itself.
+// retryAllowed: spec.retryFailedDigest names digest, and the failure is not that setting's
+// retry failing again, so a retry that fails is not retried by any later edit.
 func (a *Agent) retryAllowed(m *v1alpha1.Machine, digest string) bool {
-	return string(m.Spec.RetryFailedDigest) == digest && a.st.RetryUsedBy != retryKey(m)
+	f := a.failedRelease(digest)
+	return string(m.Spec.RetryFailedDigest) == digest && (f == nil || !f.Retried)
 }
 
-// retryKey identifies a Machine's spec apart from its reboot approval and request.
-func retryKey(m *v1alpha1.Machine) string {
-	spec := m.Spec.DeepCopy()
-	spec.Reboot = nil
-	b, _ := json.Marshal(spec)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+// endRetrySettings marks the failures whose retry setting is gone as not retried, so setting
+// spec.retryFailedDigest again allows one more try. It reports whether anything changed.
+func (a *Agent) endRetrySettings(m *v1alpha1.Machine) bool {
+	changed := false
+	for i := range a.st.FailedReleases {
+		if f := &a.st.FailedReleases[i]; f.Retried && string(m.Spec.RetryFailedDigest) != f.Digest {
+			f.Retried, changed = false, true
+		}
+	}
+	return changed
+}
+
+// adoptFailures takes back the failed releases the Machine's status lists and the state file
+// does not (it was lost or replaced), so a lost file never makes a failure forgotten. A
+// failure of the release this machine runs committed is not taken back: its commit forgot
+// it, and only the status write after that was lost.
+func (a *Agent) adoptFailures(m *v1alpha1.Machine) {
+	var running string
+	if bi := a.bootInfo; bi != nil && !(bi.Trial && !bi.Committed) {
+		running = bi.Slots[bi.Slot].Digest
+	}
+	for _, f := range m.Status.Upgrade.FailedReleases {
+		if f.Digest != running && a.failedRelease(f.Digest) == nil {
+			a.log.Info("a failed release the state file does not hold is taken back from status", "digest", f.Digest, "version", f.Version)
+			a.st.FailedReleases = append(a.st.FailedReleases, f)
+		}
+	}
 }

@@ -18,11 +18,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
@@ -372,6 +374,47 @@ func TestUpgradeFlow(t *testing.T) {
 	if boot.rebootCount() != reboots+1 {
 		t.Fatal("a release whose retry failed was tried again")
 	}
+	// The retry belongs to the setting: an unrelated edit of the Machine allows no other.
+	f.editMachine("u1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "30"} })
+	f.waitFor(t, "u1", "the sysctl edit applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return condTrue(m, v1alpha1.MachineConfigApplied)
+	})
+	time.Sleep(2 * time.Second)
+	if m, _ := f.liken.Machine(t.Context(), "u1"); m.Status.Upgrade.State != v1alpha1.UpgradeFellBack {
+		t.Fatalf("after an unrelated edit the failed release is %s; want it left FellBack: %s", m.Status.Upgrade.State, m.Status.Upgrade.Message)
+	}
+	approve(f, "u1")
+	time.Sleep(2 * time.Second)
+	if boot.rebootCount() != reboots+1 {
+		t.Fatal("an unrelated edit of the Machine let a failed retry be tried again")
+	}
+	// The state file is lost: the failure is read back from status, still not retried.
+	s.stop()
+	if err := os.RemoveAll(filepath.Join(s.dir, "state")); err != nil {
+		t.Fatal(err)
+	}
+	s.start(t)
+	f.waitFor(t, "u1", "the failure read back from status", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		f := m.Status.Upgrade.FailedReleases
+		return m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(f) == 1 && f[0].Reason == v1alpha1.ReasonWatchdog && f[0].Retried
+	})
+	approve(f, "u1")
+	time.Sleep(2 * time.Second)
+	if boot.rebootCount() != reboots+1 {
+		t.Fatal("a failed release was tried again after the state file was lost")
+	}
+	// Cleared and set again, the setting allows one more try.
+	f.editMachine("u1", func(m *v1alpha1.Machine) { m.Spec.RetryFailedDigest = "" })
+	f.waitFor(t, "u1", "the retry setting ended", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		f := m.Status.Upgrade.FailedReleases
+		return len(f) == 1 && !f[0].Retried
+	})
+	f.editMachine("u1", func(m *v1alpha1.Machine) { m.Spec.RetryFailedDigest = v1alpha1.Digest(ch.pins[v1]) })
+	f.waitFor(t, "u1", "v1 staged for the new setting's retry", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "A"
+	})
+	approve(f, "u1")
+	waitCount(t, "the new setting's retry reboot", func() bool { return boot.rebootCount() == reboots+2 })
 	events, _ := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=u1"})
 	seen := map[string]bool{}
 	for _, e := range events.Items {
@@ -438,4 +481,40 @@ func TestTrialFailureReasons(t *testing.T) {
 	if armed(at, []state.BootRecord{{ID: "arm", Slot: "A"}}) {
 		t.Error("a trial init never armed counted as armed")
 	}
+}
+
+// TestTrialCommitsOnThisBootsEvidence: a trial boot whose Node still shows the boot before it
+// (Ready, but reported by the last boot's kubelet) is not committed, and the Machine says why;
+// once k3s reports this boot, the trial commits.
+func TestTrialCommitsOnThisBootsEvidence(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"e1": v1alpha1.RoleServer})
+	boot := f.bootedOnClusterRelease(t)
+	boot.info.Slots["B"] = boot.info.Slots["A"]
+	s := newSim(t, "e1", v1alpha1.RoleServer)
+	s.bootCtl, s.kubeletLate = boot, true
+	s.boot(t, f)
+	s.reportBoot(t) // boot-1 registers the Node and it is Ready
+	waitCount(t, "the Node Ready on boot-1", func() bool {
+		n, err := f.admin.CoreV1().Nodes().Get(t.Context(), "e1", metav1.GetOptions{})
+		return err == nil && n.Status.NodeInfo.BootID == "boot-1" && kube.NodeReady(n)
+	})
+
+	// The trial boot of B: the agent starts before k3s has reported this boot.
+	boot.boot("boot-2", "B", true, "")
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "e1", "not Ready: the Node is from another boot", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineReady)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "from another boot")
+	})
+	time.Sleep(3 * time.Second) // several heartbeats of the stale Node, Ready all along
+	if boot.get().Committed {
+		t.Fatal("the trial was committed on the Node's Ready from the boot before it")
+	}
+
+	s.reportBoot(t)
+	waitCount(t, "the trial committed", func() bool { return boot.get().Committed })
+	f.waitFor(t, "e1", "Ready on slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return condTrue(m, v1alpha1.MachineReady) && m.Status.Release != nil && m.Status.Release.Slot == "B" && !m.Status.Release.Trial
+	})
 }

@@ -91,11 +91,16 @@ func (b *bootControl) withESP(fn func(bootloader.ESP) error) error {
 
 // record updates this boot's entry in the boot log; failures are printed, never fatal.
 func (b *bootControl) record(change func(*state.BootRecord)) {
-	b.recordMu.Lock()
-	defer b.recordMu.Unlock()
-	if err := b.boots.Update(b.bootID, change); err != nil {
+	if err := b.update(change); err != nil {
 		fmt.Fprintf(b.log, "liken-init: boot log: %v\n", err)
 	}
+}
+
+// update updates this boot's entry in the boot log.
+func (b *bootControl) update(change func(*state.BootRecord)) error {
+	b.recordMu.Lock()
+	defer b.recordMu.Unlock()
+	return b.boots.Update(b.bootID, change)
 }
 
 func (b *bootControl) setLayer(digest string) {
@@ -173,6 +178,7 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 		if r.TrialSlot != bootloader.SlotA && r.TrialSlot != bootloader.SlotB {
 			return fmt.Errorf("no slot %q (A or B)", r.TrialSlot)
 		}
+		recorded := false
 		err := b.withESP(func(e bootloader.ESP) error {
 			slots, err := e.Slots()
 			if err != nil {
@@ -181,15 +187,24 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 			if rec := slots[r.TrialSlot]; rec.State != bootloader.SlotReady {
 				return fmt.Errorf("slot %s holds no verified release (%s): it is not tried", r.TrialSlot, rec.State)
 			}
+			// Recorded before it is armed: a power cut between the two leaves a record of a
+			// trial that may not have run, which the agent counts as failed, never a trial
+			// that ran unrecorded and is forgotten.
+			if err := b.update(func(rec *state.BootRecord) { rec.Armed = r.TrialSlot }); err != nil {
+				return fmt.Errorf("recording the trial in the boot log: %w", err)
+			}
+			recorded = true
 			return e.UpdateEnv(func(env bootloader.Env) {
 				env[bootloader.EnvTrialSlot] = r.TrialSlot
 				env[bootloader.EnvTrialArgs] = r.TrialArgs
 			})
 		})
 		if err != nil {
+			if recorded {
+				b.record(func(rec *state.BootRecord) { rec.Armed = "" }) // not armed after all
+			}
 			return fmt.Errorf("arming the trial of slot %s: %w", r.TrialSlot, err)
 		}
-		b.record(func(rec *state.BootRecord) { rec.Armed = r.TrialSlot })
 		fmt.Fprintf(b.log, "liken-init: the next boot tries slot %s once (kernel arguments %q)\n", r.TrialSlot, r.TrialArgs)
 	}
 	b.rebootPending = true

@@ -22,6 +22,8 @@
 //	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION
 //	LIKEN_STANDIN_CONTROL_PLANE  directory of the control plane `server` runs (controlplane.go);
 //	                          unset, a server registers with an API server run by a test
+//	LIKEN_STANDIN_BOOT_ID_FILE  where the boot ID it reports is read (default the kernel's);
+//	                          host tests that play several boots of one machine set it
 package standin
 
 import (
@@ -286,10 +288,14 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		return err
 	}
 	fmt.Fprintf(log, "k3s-standin: %s %s registered\n", c.Role, name)
+	bootIDFile := getenv("LIKEN_STANDIN_BOOT_ID_FILE")
+	if bootIDFile == "" {
+		bootIDFile = "/proc/sys/kernel/random/boot_id"
+	}
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		if err := heartbeat(ctx, client, name, !neverReady, c.nodeStatus()); err != nil {
+		if err := heartbeat(ctx, client, name, !neverReady, c.nodeStatus(bootIDFile)); err != nil {
 			fmt.Fprintf(log, "k3s-standin: heartbeat: %v\n", err)
 		} else {
 			ready.Store(!neverReady)
@@ -379,8 +385,9 @@ func register(ctx context.Context, client kubernetes.Interface, c *Config, name 
 }
 
 // nodeStatus is what a kubelet reports about its host: its addresses and system info, the
-// boot ID from the kernel (so a reboot shows in the Node, as with a kubelet).
-func (c *Config) nodeStatus() corev1.NodeStatus {
+// boot ID from the kernel (so a reboot shows in the Node, as with a kubelet), read from
+// bootIDFile.
+func (c *Config) nodeStatus(bootIDFile string) corev1.NodeStatus {
 	read := func(path string) string {
 		b, _ := os.ReadFile(path)
 		return strings.TrimSpace(string(b))
@@ -400,7 +407,7 @@ func (c *Config) nodeStatus() corev1.NodeStatus {
 	return corev1.NodeStatus{
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: c.NodeName()}},
 		NodeInfo: corev1.NodeSystemInfo{
-			BootID: read("/proc/sys/kernel/random/boot_id"), MachineID: read("/etc/machine-id"),
+			BootID: read(bootIDFile), MachineID: read("/etc/machine-id"),
 			KernelVersion: unix.ByteSliceToString(uts.Release[:]), OSImage: osImage, OperatingSystem: "linux", Architecture: runtime.GOARCH,
 			ContainerRuntimeVersion: "stand-in://none", KubeletVersion: "v1.37.2-standin", KubeProxyVersion: "",
 		},

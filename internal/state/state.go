@@ -65,10 +65,6 @@ type State struct {
 	// approval reboots the machine at most once.
 	ApprovedHash string       `json:"approvedHash,omitempty"`
 	ApprovedAt   *metav1.Time `json:"approvedAt,omitempty"`
-	// RetryUsedBy identifies the Machine spec (without its reboot approval and request)
-	// whose spec.retryFailedDigest was used for a trial: a failed release is tried again once
-	// per change of the Machine, and approving a reboot is not such a change.
-	RetryUsedBy string `json:"retryUsedBy,omitempty"`
 	// UnsentEvents are Events the agent recorded but could not send before it last went
 	// down (the API server was away); the next start sends them.
 	UnsentEvents []event.Event `json:"unsentEvents,omitempty"`
@@ -84,6 +80,9 @@ type Attempt struct {
 	FromSlot       string `json:"fromSlot"`
 	FromDigest     string `json:"fromDigest"`
 	FromKernelArgs string `json:"fromKernelArgs"`
+	// Retry: spec.retryFailedDigest allowed this trial of a failed digest; its failure uses
+	// that setting's one retry.
+	Retry bool `json:"retry,omitempty"`
 	// BootID is the boot that armed the trial.
 	BootID string      `json:"bootID"`
 	At     metav1.Time `json:"at"`
