@@ -34,6 +34,11 @@ type Document struct {
 	// the same document).
 	Created    time.Time  `json:"created"`
 	Components Components `json:"components"`
+	// Test marks a release built for tests: its init honours liken.test.* kernel
+	// arguments, which inject faults (kernel panics, hangs, a k3s that never gets ready).
+	// Never for a fleet: 'liken release pin' and 'liken upgrade --pin' refuse it unless
+	// asked with --allow-test-release.
+	Test bool `json:"test,omitempty"`
 	// Files are every file of the release, in name order.
 	Files []File `json:"files"`
 }

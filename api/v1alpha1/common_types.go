@@ -34,9 +34,12 @@ type Sysctls map[string]SysctlValue
 type SysctlValue string
 
 // KernelArg is one kernel command-line argument, e.g. console=ttyS0,115200 or quiet.
+// liken.* arguments are liken's own and refused (liken sets them, last, at every boot), but
+// for liken.test.* switches, which act only in releases built for tests.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=256
 // +kubebuilder:validation:XValidation:rule="self.matches('^[^\\\\s\"]+$')",message="must be one kernel argument without spaces or quotes, such as console=ttyS0,115200 or quiet"
+// +kubebuilder:validation:XValidation:rule="!self.startsWith('liken.') || self.matches('^liken[.]test([.=].*)?$')",message="liken.* kernel arguments are liken's own: it sets them at every boot, after the Cluster's and Machine's, so they cannot be given here (only liken.test.* switches, which act only in releases built for tests)"
 type KernelArg string
 
 // DevicePath is a block device path under /dev, preferably a stable one such as

@@ -67,6 +67,24 @@ func (e Env) Encode() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// ownArgs are the arguments GRUB gives every boot (ConfigText): which slot, whether it is a
+// trial. They come last and win, but an operator who gives them means something liken will
+// not do, so install refuses them.
+var ownArgs = []string{"liken.root", "liken.slot", "liken.trial"}
+
+// CheckInstallArgs refuses install kernel arguments that name liken's own boot arguments.
+func CheckInstallArgs(args string) error {
+	for _, a := range strings.Fields(args) {
+		k, _, _ := strings.Cut(a, "=")
+		for _, own := range ownArgs {
+			if k == own {
+				return fmt.Errorf("--kernel-args %q: %s is liken's own boot argument (GRUB sets it at every boot, last, so it would be ignored)", args, k)
+			}
+		}
+	}
+	return nil
+}
+
 // ESPLabel is the FAT label of the EFI system partition, which GRUB searches for.
 const ESPLabel = "LIKEN-ESP"
 
@@ -130,7 +148,10 @@ fi
 function boot_slot {
   if [ "$1" = "A" ]; then set part=2; set label=liken-slot-a; else set part=3; set label=liken-slot-b; fi
   echo "liken-grub: booting slot $1 (trial $2) with: $install_args $args"
-  if linux ($disk,gpt$part)/vmlinuz console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2 $install_args $args; then
+  # liken's own arguments come last, so they win over an operator's (the kernel and init
+  # both take the last of a repeated argument): panic=5 makes a panic end in a reboot,
+  # which is how a failed trial falls back.
+  if linux ($disk,gpt$part)/vmlinuz $install_args $args console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2; then
     if initrd ($disk,gpt$part)/initramfs.img; then
       boot
     fi

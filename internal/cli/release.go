@@ -25,6 +25,21 @@ type releaseResult struct {
 	Files   int    `json:"files,omitempty"`
 	Bytes   int64  `json:"bytes,omitempty"`
 	StandIn bool   `json:"k3sStandIn,omitempty"`
+	// Test: built for tests, with the liken.test.* fault switches.
+	Test bool `json:"test,omitempty"`
+}
+
+// checkTestRelease refuses a release built for tests unless allowed: its init injects
+// faults (panics, hangs) on a kernel argument, which no fleet should ever be one typo from.
+func checkTestRelease(w io.Writer, doc *apirelease.Document, allow bool) error {
+	if !doc.Test {
+		return nil
+	}
+	if !allow {
+		return fmt.Errorf("release %s was built for tests (release.json says test: true): its init injects faults on liken.test.* kernel arguments; it is pinned only with --allow-test-release", doc.Version)
+	}
+	fmt.Fprintf(w, "warning: release %s was built for tests: its init injects faults on liken.test.* kernel arguments\n", doc.Version)
+	return nil
 }
 
 func newRelease() *cobra.Command {
@@ -99,7 +114,7 @@ func newReleasePublish() *cobra.Command {
 func newReleasePin() *cobra.Command {
 	var o output
 	var channel, version, clusterFile string
-	var setVersion bool
+	var setVersion, allowTest bool
 	cmd := &cobra.Command{
 		Use:   "pin --channel URL --version V [--cluster FILE [--set-version]]",
 		Short: "print a release's digest; with --cluster, pin it in that Cluster manifest",
@@ -121,6 +136,9 @@ func newReleasePin() *cobra.Command {
 			if doc.Components.K3s.StandIn {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: this release carries liken's k3s stand-in, not k3s: it is for tests only")
 			}
+			if err := checkTestRelease(cmd.ErrOrStderr(), doc, allowTest); err != nil {
+				return err
+			}
 			if clusterFile != "" {
 				v, err := manifest.NewValidator()
 				if err != nil {
@@ -130,7 +148,7 @@ func newReleasePin() *cobra.Command {
 					return err
 				}
 			}
-			r := releaseResult{Version: doc.Version, Digest: digest, StandIn: doc.Components.K3s.StandIn}
+			r := releaseResult{Version: doc.Version, Digest: digest, StandIn: doc.Components.K3s.StandIn, Test: doc.Test}
 			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
 				fmt.Fprintf(w, "%s %s\n", r.Version, r.Digest)
 				if clusterFile != "" {
@@ -146,6 +164,7 @@ func newReleasePin() *cobra.Command {
 	cmd.Flags().StringVar(&version, "version", "", "the release version, such as 2026.07.20-001")
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "a Cluster manifest to pin the release in")
 	cmd.Flags().BoolVar(&setVersion, "set-version", false, "also set the Cluster's spec.version to this release")
+	cmd.Flags().BoolVar(&allowTest, "allow-test-release", false, "pin a release built for tests (with liken.test.* fault switches)")
 	o.add(cmd)
 	return cmd
 }
@@ -239,7 +258,7 @@ func newReleaseBuild() *cobra.Command {
 	var (
 		o                                                    output
 		version, out, kernelDeb, cache, k3s, k3sVersion, src string
-		standIn, force                                       bool
+		standIn, force, testSwitches                         bool
 		epoch                                                int64
 	)
 	cmd := &cobra.Command{
@@ -281,16 +300,19 @@ only; the release document, 'release pin' and the Node's labels say so.`,
 			start := time.Now()
 			digest, doc, err := release.Build(release.BuildOptions{
 				Version: version, Source: src, KernelDeb: kernelDeb, KernelCache: cache,
-				K3s: k3s, K3sVersion: k3sVersion, StandIn: standIn, Epoch: time.Unix(epoch, 0), Out: out, Log: cmd.ErrOrStderr(),
+				K3s: k3s, K3sVersion: k3sVersion, StandIn: standIn, TestSwitches: testSwitches, Epoch: time.Unix(epoch, 0), Out: out, Log: cmd.ErrOrStderr(),
 			})
 			if err != nil {
 				return err
 			}
-			r := releaseResult{Version: doc.Version, Digest: digest, Path: out, Files: len(doc.Files), StandIn: doc.Components.K3s.StandIn}
+			r := releaseResult{Version: doc.Version, Digest: digest, Path: out, Files: len(doc.Files), StandIn: doc.Components.K3s.StandIn, Test: doc.Test}
 			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
 				fmt.Fprintf(w, "built %s in %s: %s in %s\n", r.Version, time.Since(start).Round(time.Second), r.Digest, r.Path)
 				if r.StandIn {
 					fmt.Fprintln(w, "note: this release carries liken's k3s stand-in, not k3s: for tests only")
+				}
+				if r.Test {
+					fmt.Fprintln(w, "note: this release is built for tests: its init injects faults on liken.test.* kernel arguments; pinning it takes --allow-test-release")
 				}
 			})
 		},
@@ -304,6 +326,7 @@ only; the release document, 'release pin' and the Node's labels say so.`,
 	f.StringVar(&k3s, "k3s", "", "the k3s binary")
 	f.StringVar(&k3sVersion, "k3s-version", "", "the k3s binary's version, such as v1.36.3+k3s1")
 	f.BoolVar(&standIn, "k3s-stand-in", false, "put liken's k3s stand-in in the release instead of k3s (tests only; the release says so)")
+	f.BoolVar(&testSwitches, "test-switches", false, "build init with the liken.test.* fault switches the VM tests use (the release says test: true; never for a fleet)")
 	f.StringVar(&src, "source", ".", "the liken source tree")
 	f.Int64Var(&epoch, "epoch", 0, "timestamp of every file, in seconds since 1970 (default: SOURCE_DATE_EPOCH, else 0)")
 	o.add(cmd)

@@ -32,6 +32,40 @@ func makeRelease(t *testing.T, version, content string) string {
 	return dir
 }
 
+// TestTestReleaseIsNotPinnedByAccident: a release built for tests (release.json test: true)
+// is refused by 'release pin' unless --allow-test-release, and the Cluster file is left as
+// it was.
+func TestTestReleaseIsNotPinnedByAccident(t *testing.T) {
+	channel := t.TempDir()
+	rel := makeRelease(t, "2026.08.05-001", "faults inside")
+	doc := filepath.Join(rel, apirelease.DocumentName)
+	b, _ := os.ReadFile(doc)
+	var d apirelease.Document
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Test = true
+	b, _ = d.Marshal()
+	os.WriteFile(doc, b, 0o644)
+	if code, _, errOut := run(t, "release", "publish", "--channel", channel, rel); code != exitOK {
+		t.Fatal(errOut)
+	}
+	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
+	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
+	os.WriteFile(cluster, ex, 0o644)
+	code, _, errOut := run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.05-001", "--cluster", cluster)
+	if code != exitFailed || !strings.Contains(errOut, "built for tests") || !strings.Contains(errOut, "--allow-test-release") {
+		t.Errorf("pin of a test release: %d %s", code, errOut)
+	}
+	if after, _ := os.ReadFile(cluster); string(after) != string(ex) {
+		t.Error("the refused pin changed the Cluster file")
+	}
+	code, out, errOut := run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.05-001", "--cluster", cluster, "--allow-test-release")
+	if code != exitOK || !strings.Contains(out, "pinned 2026.08.05-001") || !strings.Contains(errOut, "warning: release 2026.08.05-001 was built for tests") {
+		t.Errorf("pin --allow-test-release: %d %s %s", code, out, errOut)
+	}
+}
+
 func TestReleasePublishPinVerify(t *testing.T) {
 	channel := t.TempDir()
 	rel := makeRelease(t, "2026.08.01-001", strings.Repeat("liken", 1000))

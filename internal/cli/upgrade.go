@@ -37,10 +37,11 @@ func newRollback() *cobra.Command { return newVersionCommand(false) }
 // they accept, and only upgrade may pin a release that is not pinned yet.
 func newVersionCommand(up bool) *cobra.Command {
 	var (
-		o        output
-		k        kubeFlags
-		machines []string
-		pin      string
+		o         output
+		k         kubeFlags
+		machines  []string
+		pin       string
+		allowTest bool
 	)
 	cmd := &cobra.Command{
 		Use:   "upgrade VERSION [--machine NAME]... [--pin DIGEST]",
@@ -91,7 +92,7 @@ before.`
 		var changes []versionChange
 		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var err error
-			changes, err = setVersion(cmd, lc, up, version, pin, machines)
+			changes, err = setVersion(cmd, lc, up, version, pin, allowTest, machines)
 			return err
 		})
 		if err != nil {
@@ -118,6 +119,7 @@ before.`
 	cmd.Flags().StringSliceVar(&machines, "machine", nil, "set the version in these Machines only (repeatable)")
 	if up {
 		cmd.Flags().StringVar(&pin, "pin", "", "pin VERSION to this release digest first, checked against the Cluster's channel")
+		cmd.Flags().BoolVar(&allowTest, "allow-test-release", false, "with --pin, pin a release built for tests (with liken.test.* fault switches)")
 	}
 	o.add(cmd)
 	k.add(cmd)
@@ -127,7 +129,7 @@ before.`
 // setVersion checks the version against the direction and the pins, pins it when asked,
 // and writes spec.version, each write conditional on the version of the object read.
 // Nothing is written until every check has passed.
-func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin string, machines []string) ([]versionChange, error) {
+func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin string, allowTest bool, machines []string) ([]versionChange, error) {
 	ctx := cmd.Context()
 	cl, err := lc.Cluster(ctx)
 	if err != nil {
@@ -181,12 +183,15 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 		}
 		return nil, fmt.Errorf("%s is not pinned in the Cluster's spec.releases (pinned: %s): %s", version, strings.Join(list, ", "), hint)
 	} else {
-		digest, _, err := release.Pin(ctx, fetcher(cmd.ErrOrStderr()), cl.Spec.Channel, version)
+		digest, doc, err := release.Pin(ctx, fetcher(cmd.ErrOrStderr()), cl.Spec.Channel, version)
 		if err != nil {
 			return nil, fmt.Errorf("reading release %s from the Cluster's channel %s: %w", version, cl.Spec.Channel, err)
 		}
 		if digest != pin {
 			return nil, fmt.Errorf("release %s in channel %s has digest %s, not the %s given: not pinned", version, cl.Spec.Channel, digest, pin)
+		}
+		if err := checkTestRelease(cmd.ErrOrStderr(), doc, allowTest); err != nil {
+			return nil, err
 		}
 		pinned = true
 	}

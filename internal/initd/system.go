@@ -67,7 +67,8 @@ func systemStage(log io.Writer) (*system, error) {
 	version, _ := os.ReadFile(initramfs.VersionFile)
 	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", initramfs.Uptime(), strings.TrimSpace(string(version)))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
-	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw)), version: strings.TrimSpace(string(version)), rebootCh: make(chan string, 1)}
+	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw)).WithoutTestSwitches(log), version: strings.TrimSpace(string(version)), rebootCh: make(chan string, 1)}
+	fmt.Fprintf(log, "liken-init: booted slot %s (trial %s)\n", s.cmd["liken.slot"], s.cmd["liken.trial"])
 	if s.cmd["liken.test"] == "poweroff" && s.cmd["liken.test.stage"] == "system" {
 		// Boot tests that stop at the root image.
 		fmt.Fprintln(log, "liken-init: test boot complete; powering off")

@@ -94,7 +94,7 @@ func initramfsStage(log io.Writer) error {
 	version, _ := os.ReadFile(VersionFile)
 	fmt.Fprintf(log, "liken-init: initramfs stage at %s, release %s, kernel %s\n", Uptime(), strings.TrimSpace(string(version)), strings.TrimSpace(string(krel)))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
-	cmd := ParseCmdline(string(cmdlineRaw))
+	cmd := ParseCmdline(string(cmdlineRaw)).WithoutTestSwitches(log)
 	if err := LoadModules(log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), BootModulesList); err != nil {
 		return err
 	}

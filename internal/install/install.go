@@ -97,6 +97,9 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if !apirelease.ValidDigest(o.Pin) {
 		return res, fmt.Errorf("--pin %q is not a release digest ('sha256:' and 64 hex digits)", o.Pin)
 	}
+	if err := bootloader.CheckInstallArgs(o.KernelArgs); err != nil {
+		return res, err
+	}
 
 	// Everything that can be refused is checked before the disk is touched.
 	// Bounded before it is read: a huge (or sparse, or endless) file is refused, not loaded.

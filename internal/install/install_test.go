@@ -60,6 +60,7 @@ func TestInstallRefuses(t *testing.T) {
 		{"size too small", Options{Disk: filepath.Join(dir, "new.img"), SizeMiB: 100}, "--size 100 MiB is too small"},
 		{"no disk", Options{Disk: filepath.Join(dir, "missing.img")}, "does not exist: give --size"},
 		{"bad pin", Options{Disk: used, Pin: "latest"}, "is not a release digest"},
+		{"liken's own kernel argument", Options{Disk: used, KernelArgs: "quiet liken.slot=B"}, "liken.slot is liken's own boot argument"},
 		{"machine not in layer", Options{Disk: used, Machine: "server-1"}, `has no credential for machine "server-1"`},
 		{"bad layer", Options{Disk: used, Layer: tooSmall}, "not a gzip stream"},
 		{"not the layer built", Options{Disk: used, LayerDigest: "sha256:" + strings.Repeat("0", 64)}, "not the sha256:000"},

@@ -16,6 +16,7 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/cpio"
+	"liken.dev/liken/internal/initramfs"
 )
 
 // BootModules are loaded by init in the initramfs: disks, filesystems, watchdogs and the
@@ -50,6 +51,10 @@ type BuildOptions struct {
 	// stand-in is built instead and the release says so.
 	K3s, K3sVersion string
 	StandIn         bool
+	// TestSwitches builds liken's programs with the test build tag
+	// (initramfs.TestBuildTag), so init honours the liken.test.* switches the VM tests
+	// inject faults with; the release document says so (Test).
+	TestSwitches bool
 	// Epoch is every timestamp in the release (SOURCE_DATE_EPOCH).
 	Epoch time.Time
 	Out   string
@@ -97,7 +102,7 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	}
 	for _, c := range cmds {
 		step("building %s", c)
-		if err := goBuild(opts.Source, "./cmd/"+c, filepath.Join(bin, c)); err != nil {
+		if err := goBuild(opts.Source, "./cmd/"+c, filepath.Join(bin, c), opts.TestSwitches); err != nil {
 			return "", nil, err
 		}
 	}
@@ -132,7 +137,7 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 		return "", nil, err
 	}
 	doc := &apirelease.Document{
-		Schema: apirelease.Schema, Version: opts.Version, Created: opts.Epoch.UTC(),
+		Schema: apirelease.Schema, Version: opts.Version, Created: opts.Epoch.UTC(), Test: opts.TestSwitches,
 		Components: apirelease.Components{
 			Kernel: apirelease.Kernel{Version: k.Version, Package: k.Package, PackageSHA256: k.PackageSHA256},
 			K3s:    apirelease.K3s{Version: k3sVersion, SHA256: k3sSum, StandIn: opts.StandIn},
@@ -174,9 +179,13 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 }
 
 // goBuild builds a static, reproducible binary: no cgo (the image has no libc), no paths,
-// no build ID, no VCS stamp.
-func goBuild(source, pkg, out string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", out, pkg)
+// no build ID, no VCS stamp. test adds the test build tag.
+func goBuild(source, pkg, out string, test bool) error {
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid="}
+	if test {
+		args = append(args, "-tags", initramfs.TestBuildTag)
+	}
+	cmd := exec.Command("go", append(args, "-o", out, pkg)...)
 	cmd.Dir = source
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {

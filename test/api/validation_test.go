@@ -63,6 +63,8 @@ var invalidCases = []invalidCase{
 	{"second cluster name", "cluster", func(t *testing.T, u *unstructured.Unstructured) { u.SetName("production") }, "a liken cluster has exactly one Cluster and it must be named 'liken'"},
 	{"channel scheme", "cluster", setTo("spec.channel", "ftp://releases.example.com"), "channel must be an http://, https:// or file:// URL"},
 	{"kernel arg with space", "cluster", setTo("spec.kernelArgs", []string{"console=ttyS0 quiet"}), "must be one kernel argument without spaces or quotes"},
+	{"kernel arg of liken's own", "cluster", setTo("spec.kernelArgs", []string{"liken.trial.deadline=99999"}), "liken.* kernel arguments are liken's own"},
+	{"kernel arg naming the slot", "server-1", setTo("spec.kernelArgs", []string{"quiet", "liken.slot=B"}), "liken.* kernel arguments are liken's own"},
 	{"drain timeout too short", "cluster", setTo("spec.drain.timeout", "1s"), "drain timeout must be a duration from 10s to 24h"},
 	{"reboot policy unknown", "cluster", setTo("spec.rebootPolicy", "Sometimes"), `Unsupported value: "Sometimes"`},
 	{"flannel backend unknown", "cluster", setTo("spec.features.flannelBackend", "ipsec"), `Unsupported value: "ipsec"`},

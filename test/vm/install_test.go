@@ -203,12 +203,15 @@ func TestInstallAndBootSlotA(t *testing.T) {
 // the environment block afterwards.
 func TestTrialOfBrokenSlotFallsBack(t *testing.T) {
 	d := installed(t, "quiet liken.test=poweroff liken.test.stage=system", "server-1")
-	espEnv(t, d, bootloader.Env{"trial_slot": "B"})
+	// Arguments that would switch liken's boot off if they won (the API refuses them; written
+	// here into the environment directly): liken's own arguments come last, so they win.
+	espEnv(t, d, bootloader.Env{"trial_slot": "B", bootloader.EnvKernelArgs: "liken.slot=B liken.trial=1 panic=0"})
 	v := bootUEFI(t, d, false)
 	expect(t, v, "liken-grub: booting slot B (trial 1)", 120*time.Second)
 	expect(t, v, "liken-grub: slot B could not be loaded", 60*time.Second)
 	expect(t, v, "liken-grub: booting slot A (trial 0)", 60*time.Second)
 	expect(t, v, "liken-init: system stage", 120*time.Second)
+	expect(t, v, "liken-init: booted slot A (trial 0)", 10*time.Second)
 	if _, err := v.Wait(60 * time.Second); err != nil {
 		t.Fatal(err)
 	}

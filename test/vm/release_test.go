@@ -21,7 +21,7 @@ func TestReleaseBuildReproducible(t *testing.T) {
 	cache, _ := os.UserCacheDir()
 	dir := t.TempDir()
 	digest, doc, err := release.Build(release.BuildOptions{
-		Version: releaseA, Source: filepath.Join(filepath.Dir(file), "..", ".."), StandIn: true, Out: dir,
+		Version: releaseA, Source: filepath.Join(filepath.Dir(file), "..", ".."), StandIn: true, TestSwitches: true, Out: dir,
 		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
 	})
 	if err != nil {

@@ -366,6 +366,14 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 			if f := before.Status.Upgrade.FailedReleases; len(f) > 0 {
 				prevAt = f[0].At
 			}
+			if f := before.Status.Upgrade.FailedReleases; len(f) > 0 && f[0].Retried {
+				// The last retry used this setting's one try: clear it, and set it again below.
+				j.editMachine(t, func(m *v1alpha1.Machine) { m.Spec.RetryFailedDigest = "" })
+				j.waitMachine(t, "the retry setting ended", 2*time.Minute, func(m *v1alpha1.Machine) bool {
+					f := m.Status.Upgrade.FailedReleases
+					return len(f) == 1 && !f[0].Retried
+				})
+			}
 			j.editMachine(t, func(m *v1alpha1.Machine) {
 				m.Spec.KernelArgs = []v1alpha1.KernelArg{v1alpha1.KernelArg(tc.arg)}
 				m.Spec.RetryFailedDigest = v1alpha1.Digest(digestB)

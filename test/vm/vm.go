@@ -250,7 +250,7 @@ func BuildRelease(version string) (*Release, error) {
 	cache, _ := os.UserCacheDir()
 	start := time.Now()
 	digest, doc, err := release.Build(release.BuildOptions{
-		Version: version, Source: source, StandIn: true, Out: dir,
+		Version: version, Source: source, StandIn: true, TestSwitches: true, Out: dir,
 		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
 	})
 	if err != nil {

@@ -1,0 +1,7 @@
+//go:build !likentest
+
+package initd
+
+// injectTrialFault does nothing in a normal release: the faults the VM tests inject
+// (fault_on.go) are built only into releases built for tests.
+func (s *system) injectTrialFault() {}

@@ -1,0 +1,6 @@
+//go:build likentest
+
+package initramfs
+
+// TestSwitches: this is a build for tests (see TestBuildTag).
+const TestSwitches = true
