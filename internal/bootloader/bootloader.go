@@ -52,13 +52,8 @@ func ParseEnv(b []byte) (Env, error) {
 func (e Env) Encode() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(envHeader)
-	keys := make([]string, 0, len(e))
-	for k := range e {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.WriteString(k + "=" + strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(e[k]) + "\n")
+	for _, k := range e.keys() {
+		b.WriteString(k + "=" + escapeEnv(e[k]) + "\n")
 	}
 	if b.Len() > EnvSize {
 		return nil, fmt.Errorf("environment block: %d bytes of variables do not fit in %d", b.Len(), EnvSize)
@@ -84,6 +79,17 @@ func CheckInstallArgs(args string) error {
 	}
 	return nil
 }
+
+func (e Env) keys() []string {
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func escapeEnv(v string) string { return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(v) }
 
 // ESPLabel is the FAT label of the EFI system partition, which GRUB searches for.
 const ESPLabel = "LIKEN-ESP"
@@ -120,6 +126,30 @@ func BuildEFI(out, workDir string) error {
 	return nil
 }
 
+// EnvSelect defines pick_env DIR, which sets envfile to the current copy of liken's
+// environment in DIR (see ESP.Env): the sealed copy (gen equals seal) with the higher
+// generation; a disk with one copy and no generation (installed before there were two)
+// uses that one. The torn-write VM test runs exactly this text on every cut it makes.
+const EnvSelect = `function pick_env {
+  set gen=
+  set seal=
+  load_env --file $1/grubenv gen seal
+  set g1="$gen"
+  set s1="$seal"
+  set gen=
+  set seal=
+  load_env --file $1/grubenv2 gen seal
+  set envfile=$1/grubenv
+  if [ -n "$gen" -a "$gen" = "$seal" ]; then
+    if [ -z "$g1" -o "$g1" != "$s1" ]; then
+      set envfile=$1/grubenv2
+    elif [ "$gen" -gt "$g1" ]; then
+      set envfile=$1/grubenv2
+    fi
+  fi
+}
+`
+
 // ConfigText is grub.cfg. Slots are partitions 2 (A) and 3 (B) of the disk holding the ESP.
 // apparmor=0: Debian's kernel enables AppArmor, and containerd then needs apparmor_parser,
 // which the image does not carry; without it every pod would fail to start.
@@ -128,8 +158,8 @@ terminal_input serial console
 terminal_output serial console
 set timeout=0
 regexp --set=1:disk '^(.*),gpt[0-9]+$' "$root"
-set envfile=$prefix/grubenv
-load_env --file $envfile
+` + EnvSelect + `pick_env $prefix
+load_env --file $envfile default_slot trial_slot install_args kernel_args trial_args
 if [ "$default_slot" != "B" ]; then set default_slot=A; fi
 set slot=$default_slot
 set trial=0
@@ -139,8 +169,8 @@ if [ "$trial_slot" = "A" -o "$trial_slot" = "B" ]; then
   set trial=1
   set args="$trial_args"
   # Consumed before the kernel starts: whatever happens next, the following boot is the
-  # last good slot unless liken commits this one.
-  set trial_slot=
+  # last good slot unless liken commits this one. One byte changes (B to -), in place.
+  set trial_slot=-
   save_env --file $envfile trial_slot
 fi
 # boot_slot SLOT TRIAL boots with the kernel arguments in $args. Values with spaces are

@@ -352,20 +352,17 @@ func writeESP(work, efi string, o Options, specArgs string, ext disk.Extent, slo
 	if out, err := exec.Command("mkfs.vfat", "-F", "32", "-S", "512", "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size>>10)).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.vfat: %w: %s", err, out)
 	}
-	env, err := bootloader.Env{bootloader.EnvDefaultSlot: bootloader.SlotA, bootloader.EnvTrialSlot: "",
-		bootloader.EnvInstallArgs: o.KernelArgs, bootloader.EnvKernelArgs: specArgs, bootloader.EnvTrialArgs: ""}.Encode()
+	env1, env2, err := bootloader.EnvCopies(bootloader.Env{bootloader.EnvDefaultSlot: bootloader.SlotA, bootloader.EnvTrialSlot: "",
+		bootloader.EnvInstallArgs: o.KernelArgs, bootloader.EnvKernelArgs: specArgs, bootloader.EnvTrialArgs: ""})
 	if err != nil {
 		return err
 	}
-	sj := filepath.Join(work, "slots.json")
-	if err := bootloader.WriteSlots(sj, slots); err != nil {
-		return err
-	}
-	sjb, err := os.ReadFile(sj)
+	slots1, slots2, err := bootloader.SlotsCopies(slots)
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env, bootloader.SlotsFile: sjb}
+	files := map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env1, bootloader.EnvFile2: env2,
+		bootloader.SlotsFile: slots1, bootloader.SlotsFile2: slots2}
 	for _, d := range []string{"::EFI", "::EFI/BOOT", "::" + bootloader.ConfigDir} {
 		if out, err := exec.Command("mmd", "-i", img, d).CombinedOutput(); err != nil {
 			return fmt.Errorf("mmd %s: %w: %s", d, err, out)

@@ -104,27 +104,34 @@ func espFile(t *testing.T, diskPath, name string) []byte {
 	return b
 }
 
-// espEnv reads or writes the GRUB environment block on the disk's ESP with mtools.
+// espEnv reads the GRUB environment on the disk's ESP with mtools, as init reads it (the
+// current of its two copies); with set, it changes it as init does and writes it back.
 func espEnv(t *testing.T, diskPath string, set bootloader.Env) bootloader.Env {
 	t.Helper()
-	env, err := bootloader.ParseEnv(espFile(t, diskPath, bootloader.EnvFile))
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, bootloader.ConfigDir), 0o755)
+	for _, name := range []string{bootloader.EnvFile, bootloader.EnvFile2} {
+		os.WriteFile(filepath.Join(dir, name), espFile(t, diskPath, name), 0o644)
+	}
+	esp := bootloader.ESP{Dir: dir}
+	if set != nil {
+		err := esp.UpdateEnv(func(env bootloader.Env) {
+			for k, v := range set {
+				env[k] = v
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{bootloader.EnvFile, bootloader.EnvFile2} {
+			if out, err := exec.Command("mcopy", "-o", "-i", espImage(t, diskPath), filepath.Join(dir, name), "::"+name).CombinedOutput(); err != nil {
+				t.Fatalf("mcopy: %v %s", err, out)
+			}
+		}
+	}
+	env, err := esp.Env()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if set == nil {
-		return env
-	}
-	for k, v := range set {
-		env[k] = v
-	}
-	nb, err := env.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(t.TempDir(), "grubenv")
-	os.WriteFile(tmp, nb, 0o644)
-	if out, err := exec.Command("mcopy", "-o", "-i", espImage(t, diskPath), tmp, "::"+bootloader.EnvFile).CombinedOutput(); err != nil {
-		t.Fatalf("mcopy: %v %s", err, out)
 	}
 	return env
 }

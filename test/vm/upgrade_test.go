@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -180,8 +181,13 @@ func contains[T comparable](list []T, v T) bool {
 // slotsOnDisk reads the slot records from the disk image's ESP.
 func slotsOnDisk(t *testing.T, diskPath string) bootloader.Slots {
 	t.Helper()
-	var s bootloader.Slots
-	if err := json.Unmarshal(espFile(t, diskPath, bootloader.SlotsFile), &s); err != nil {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, bootloader.ConfigDir), 0o755)
+	for _, name := range []string{bootloader.SlotsFile, bootloader.SlotsFile2} {
+		os.WriteFile(filepath.Join(dir, name), espFile(t, diskPath, name), 0o644)
+	}
+	s, err := bootloader.ESP{Dir: dir}.Slots()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return s

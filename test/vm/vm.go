@@ -275,6 +275,9 @@ func GPTDisk(path string, sizeMiB int, parts []Partition) error {
 	for i, p := range parts {
 		n := i + 1
 		args = append(args, fmt.Sprintf("--new=%d:0:+%dM", n, p.SizeMiB), fmt.Sprintf("--change-name=%d:%s", n, p.Label))
+		if p.Type != "" {
+			args = append(args, fmt.Sprintf("--typecode=%d:%s", n, p.Type))
+		}
 	}
 	args = append(args, path)
 	if out, err := exec.Command("sgdisk", args...).CombinedOutput(); err != nil {
@@ -297,5 +300,7 @@ func GPTDisk(path string, sizeMiB int, parts []Partition) error {
 type Partition struct {
 	Label   string
 	SizeMiB int
-	Image   string
+	// Type is sgdisk's type code, such as ef00 for an EFI system partition (default 8300).
+	Type  string
+	Image string
 }
