@@ -5,9 +5,47 @@ package initd
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// trapEnv makes liken-init, started by init under liken.test.trap-sigterm, the VM tests'
+// stand-in for a container left running after k3s: a process that handles SIGTERM.
+const trapEnv = "LIKEN_TEST_TRAP_SIGTERM"
+
+// testHelperMain runs the test helper this process was started as, if any.
+func testHelperMain() bool {
+	if os.Getenv(trapEnv) == "" || os.Getpid() == 1 {
+		return false
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, unix.SIGTERM)
+	fmt.Printf("liken-test: process %d traps SIGTERM\n", os.Getpid())
+	<-ch
+	fmt.Printf("liken-test: process %d got SIGTERM; exiting in 1 s\n", os.Getpid())
+	time.Sleep(time.Second)
+	os.Exit(0)
+	return true
+}
+
+// startTestProcesses starts the processes the VM tests ask for (liken.test.trap-sigterm),
+// detached from init's supervision as a container's shim is.
+func (s *system) startTestProcesses() {
+	if s.cmd["liken.test.trap-sigterm"] == "" {
+		return
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = []string{trapEnv + "=1"}
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(s.log, "liken-init: test process: %v\n", err)
+		return
+	}
+	go cmd.Wait()
+}
 
 // injectTrialFault makes a trial boot fail the way the VM tests ask (liken.test.fail on the
 // kernel command line), to prove every failure ends on the last good slot. Without the

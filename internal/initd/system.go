@@ -52,10 +52,15 @@ type system struct {
 	boot    *bootControl
 	// rebootCh receives the agent's reboot requests (through boot).
 	rebootCh chan string
+	// stateFS is how the state file system was found before it was mounted.
+	stateFS string
 }
 
 // Main runs the booted system as PID 1; it never returns.
 func Main() {
+	if testHelperMain() {
+		return
+	}
 	s, err := systemStage(os.Stdout)
 	if s != nil && s.boot != nil {
 		s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, err.Error() })
@@ -107,7 +112,7 @@ func (s *system) recordBoot() error {
 	})
 	panicLog := readPstore(s.log)
 	s.boot.record(func(r *state.BootRecord) {
-		r.Slot, r.Trial, r.Version, r.Reached, r.Panic = s.boot.slot, s.boot.trial, s.version, state.ReachedSystem, panicLog
+		r.Slot, r.Trial, r.Version, r.Reached, r.Panic, r.StateFS = s.boot.slot, s.boot.trial, s.version, state.ReachedSystem, panicLog, s.stateFS
 		r.Started = s.boot.bootTime
 	})
 	return nil
@@ -145,6 +150,15 @@ func (s *system) mounts() error {
 	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.State, 60*time.Second)
 	if err != nil {
 		return err
+	}
+	if clean, why, err := disk.Ext4Clean(dev, 0); err != nil {
+		fmt.Fprintf(s.log, "liken-init: checking the state partition: %v\n", err)
+	} else if clean {
+		s.stateFS = "clean"
+		fmt.Fprintln(s.log, "liken-init: the state partition was cleanly unmounted")
+	} else {
+		s.stateFS = why
+		fmt.Fprintf(s.log, "liken-init: the state partition was not cleanly unmounted: %s\n", why)
 	}
 	if err := unix.Mount(dev, stateMount, "ext4", unix.MS_NOATIME, ""); err != nil {
 		return fmt.Errorf("mounting the state partition %s: %w", dev, err)
@@ -414,6 +428,7 @@ func (s *system) run() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Fprintf(s.log, "liken-init: started k3s (pid %d) at %s\n", k3sProc.PID(), initramfs.Uptime())
+	s.startTestProcesses() // VM tests only: liken.test.trap-sigterm
 	s.boot.record(func(r *state.BootRecord) {
 		if r.Reached == state.ReachedSystem {
 			r.Reached = state.ReachedK3s
@@ -451,19 +466,8 @@ func (s *system) run() error {
 			r.End = end
 		}
 	})
-	fmt.Fprintln(s.log, "liken-init: shutting down: stopping the agent, then k3s")
-	stopAgent()
-	<-agentDone
-	stopK3s()
-	<-k3sDone
+	s.shutdown(stopAgent, agentDone, stopK3s, k3sDone)
 	cancel()
-	unix.Sync()
-	// Unmount the state partition so the next boot finds it clean.
-	unix.Unmount("/etc/rancher", 0)
-	if err := unix.Unmount(stateMount, 0); err != nil {
-		unix.Mount("", stateMount, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
-	}
-	unix.Sync()
 	stopWatchdog()
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
 	return unix.Reboot(action)

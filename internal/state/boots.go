@@ -34,6 +34,12 @@ type BootRecord struct {
 	// WatchdogReset is set when the watchdog reports that it reset the machine before
 	// this boot.
 	WatchdogReset bool `json:"watchdogReset,omitempty"`
+	// StateFS is how this boot found the state file system before mounting it: "clean",
+	// or why not (the boot before it did not unmount it: power lost, a crash).
+	StateFS string `json:"stateFS,omitempty"`
+	// Shutdown is how this boot's shutdown went, when it had one: "clean" (every process
+	// ended by SIGTERM), or what it had to force.
+	Shutdown string `json:"shutdown,omitempty"`
 }
 
 // Boot stages and ends init records.

@@ -177,7 +177,7 @@ func expect(t *testing.T, v *VM, marker string, timeout time.Duration) time.Dura
 // TestInstallAndBootSlotA installs a disk image and boots it through OVMF and GRUB: slot A,
 // not a trial, into the system stage.
 func TestInstallAndBootSlotA(t *testing.T) {
-	d := installed(t, "quiet liken.test=poweroff", "server-1")
+	d := installed(t, "quiet liken.test=poweroff liken.test.trap-sigterm", "server-1")
 	parts, err := disk.Read(d)
 	if err != nil {
 		t.Fatal(err)
@@ -196,11 +196,27 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	expect(t, v, "liken-init: this is Machine server-1 (server, found by the name bound at install)", 60*time.Second)
 	k3s := expect(t, v, "liken-init: started k3s (pid", 60*time.Second)
 	expect(t, v, "k3s-standin: liken's node simulator standing in for k3s", 60*time.Second)
-	expect(t, v, "liken-init: shutdown complete", 120*time.Second)
+	// A process left after k3s (as a container's is) gets SIGTERM, and the shutdown that
+	// waited for it is clean: the state file system is marked clean on the disk.
+	expect(t, v, "traps SIGTERM", 60*time.Second)
+	got := expect(t, v, "got SIGTERM; exiting in 1 s", 120*time.Second)
+	done := expect(t, v, "liken-init: shutdown clean in", 60*time.Second)
+	expect(t, v, "liken-init: shutdown complete", 60*time.Second)
 	off, err := v.Wait(60 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if done < got {
+		t.Errorf("the shutdown finished (%s) before the trapping process got SIGTERM (%s)", done, got)
+	}
+	parts, perr := disk.Read(d)
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if clean, why, err := disk.Ext4Clean(d, parts[disk.State].Offset); err != nil || !clean {
+		t.Errorf("after the shutdown the state file system is not clean: %s %v", why, err)
+	}
+	report.Line("clean shutdown (TCG): %s", shutdownLine(v.Console()))
 	report.Line("UEFI boot of an installed disk (OVMF + GRUB + kernel + init, TCG, wall clock from QEMU start): GRUB %s, system stage %s, init started k3s %s, clean power-off %s; kernel time to k3s start: %s",
 		grub.Round(100*time.Millisecond), system.Round(100*time.Millisecond), k3s.Round(100*time.Millisecond), off.Round(100*time.Millisecond), kernelTime(v.Console(), "liken-init: started k3s"))
 }
@@ -226,6 +242,16 @@ func TestTrialOfBrokenSlotFallsBack(t *testing.T) {
 	if env["trial_slot"] != "" || env["default_slot"] != "A" {
 		t.Errorf("after the failed trial the environment is %v; want no trial and default A", env)
 	}
+}
+
+// shutdownLine is init's line summing up its shutdown.
+func shutdownLine(console string) string {
+	for _, l := range strings.Split(console, "\n") {
+		if i := strings.Index(l, "liken-init: shutdown clean in"); i >= 0 {
+			return strings.TrimSpace(l[i+len("liken-init: "):])
+		}
+	}
+	return "?"
 }
 
 // kernelTime is the "at N.NNs" uptime init printed on the line with marker: time since the

@@ -212,7 +212,7 @@ func hasPending(m *v1alpha1.Machine, field string) bool {
 // written from the channel over HTTP, the reboot staged and approved, B tried once and
 // committed; then this machine alone rolled back to A: no download, A tried and committed.
 func TestUpgradeCommitAndRollback(t *testing.T) {
-	j := joinCluster(t, "liken.trial.deadline=240", releaseB)
+	j := joinCluster(t, "liken.trial.deadline=240 liken.test.trap-sigterm", releaseB)
 	vm := bootUEFI(t, j.disk, true, vmMAC)
 	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
@@ -240,7 +240,12 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	states := j.watchRebootStates(t, "vm-1")
 	j.approve(t)
 	j.expectRebootSaid(t, vm, mark, 0)
+	// The approved reboot ends every process cleanly: one that traps SIGTERM gets it, and
+	// the next boot finds the state file system clean.
+	expectAfter(t, vm, mark, "got SIGTERM; exiting in 1 s", 3*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: shutdown clean in", time.Minute)
 	expectAfter(t, vm, mark, "liken-grub: booting slot B (trial 1)", 3*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: the state partition was cleanly unmounted", 3*time.Minute)
 	expectAfter(t, vm, mark, "liken-init: trial of slot B committed", 4*time.Minute)
 	j.waitMachine(t, "release B committed on slot B", 3*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "B", releaseB) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
@@ -403,6 +408,10 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 				mark = 0
 			}
 			expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 0)", 4*time.Minute)
+			if tc.name == "kernel panic" {
+				// No shutdown ran: the boot after it says the state file system was not clean.
+				expectAfter(t, vm, mark, "liken-init: the state partition was not cleanly unmounted: its journal needs recovery", 3*time.Minute)
+			}
 			m := j.waitMachine(t, "the failure reported", 4*time.Minute, func(m *v1alpha1.Machine) bool {
 				f := m.Status.Upgrade.FailedReleases
 				return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(f) == 1 && !f[0].At.Equal(&prevAt)
