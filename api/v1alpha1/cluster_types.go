@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"sort"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -224,6 +226,33 @@ type K3sFeatures struct {
 	// +kubebuilder:default=vxlan
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.flannelBackend is immutable: k3s requires it to match on every server"
 	FlannelBackend FlannelBackend `json:"flannelBackend,omitempty"`
+}
+
+// SecretNames are the Secrets in liken-system the registry configs name (credentials, TLS),
+// sorted and without repeats: all a machine may read.
+func (r *Registries) SecretNames() []string {
+	if r == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, rc := range r.Configs {
+		for _, ref := range []*SecretReference{rc.AuthSecret, tlsSecret(rc.TLS)} {
+			if ref != nil && ref.Name != "" && !seen[ref.Name] {
+				seen[ref.Name] = true
+				out = append(out, ref.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func tlsSecret(t *RegistryTLS) *SecretReference {
+	if t == nil {
+		return nil
+	}
+	return t.Secret
 }
 
 // Registries configures containerd's registry mirrors and per-registry settings on every

@@ -39,6 +39,9 @@ const (
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonRestartingK3s: k3s is being restarted to apply rendered configuration.
 	ReasonRestartingK3s = "RestartingK3s"
+	// ReasonNotAppliedAtBoot: init could not apply a boot-time setting (network, kernel
+	// modules) at the last boot; it stays pending, and the message says why.
+	ReasonNotAppliedAtBoot = "NotAppliedAtBoot"
 
 	// ReasonNothingPending: no staged change and no reboot request.
 	ReasonNothingPending = "NothingPending"

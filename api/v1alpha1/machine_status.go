@@ -317,8 +317,9 @@ type FailedRelease struct {
 	// +optional
 	Message string      `json:"message,omitempty"`
 	At      metav1.Time `json:"at"`
-	// Retried: this failure came from the one retry spec.retryFailedDigest allowed, and that
-	// setting still names the digest; it goes back to false once the setting is cleared.
+	// Retried: this failure happened while spec.retryFailedDigest named the digest (the one
+	// retry that setting allows, or a setting made before the release first failed), so the
+	// setting is used; it goes back to false once the setting is cleared.
 	// +optional
 	Retried bool `json:"retried,omitempty"`
 }

@@ -74,6 +74,21 @@ type sim struct {
 	kubeletLate bool
 }
 
+// initReport makes the boot's report as init does when a test gives none: init applied the
+// network and kernel modules the agent staged last (internal/initd useStaged).
+func (b *fakeBoot) initReport(stateDir string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.info.Report != nil {
+		return
+	}
+	r := &state.BootReport{}
+	if st, err := (state.Store{Dir: stateDir}).Load(); err == nil && st.Staged != nil {
+		r.Network, r.KernelModules = st.Staged.Machine.Network, st.Staged.Machine.KernelModules
+	}
+	b.info.Report = r
+}
+
 // bootIDFile is where the sim's stand-in reads the boot ID its Node reports: the boot ID of
 // the sim's boot control, written by start, as a kubelet reports its kernel's.
 func (s *sim) bootIDFile() string { return filepath.Join(s.dir, "boot_id") }
@@ -148,6 +163,9 @@ func (s *sim) start(t testing.TB) {
 	t.Helper()
 	if s.bootCtl != nil && !s.kubeletLate {
 		s.reportBoot(t)
+	}
+	if fb, ok := s.bootCtl.(*fakeBoot); ok {
+		fb.initReport(filepath.Join(s.dir, "state"))
 	}
 	cfg, err := env.UserConfig(authority.User(s.name), authority.Group)
 	if err != nil {

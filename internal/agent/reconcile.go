@@ -32,6 +32,8 @@ type outcome struct {
 	nodeReady bool
 	// nodeStale says why the Node's status is not this boot's; empty when it is.
 	nodeStale string
+	// notAppliedBoot: boot-time settings init could not apply at this boot (field → why).
+	notAppliedBoot map[string]string
 	// k3sUnhealthy says why k3s's health check failed; empty when healthy or not checked.
 	k3sUnhealthy string
 	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
@@ -77,7 +79,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy}
+	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy, notAppliedBoot: a.notAppliedAtBoot(desired)}
 	if out.k3sUnhealthy = a.k3sHealth(ctx); out.k3sUnhealthy != "" {
 		// k3s's health is not watched: look again shortly while it is not healthy.
 		a.queue.AddAfter(keyReconcile, 5*time.Second)
@@ -331,22 +333,16 @@ func (a *Agent) applyK3s(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 
 func (a *Agent) registrySecrets(ctx context.Context, c *v1alpha1.Cluster) (map[string]map[string][]byte, error) {
 	out := map[string]map[string][]byte{}
-	if c.Spec.Registries == nil {
-		return out, nil
-	}
-	var names []string
-	for _, rc := range c.Spec.Registries.Configs {
-		if rc.AuthSecret != nil {
-			names = append(names, rc.AuthSecret.Name)
-		}
-		if rc.TLS != nil && rc.TLS.Secret != nil {
-			names = append(names, rc.TLS.Secret.Name)
-		}
-	}
-	for _, n := range names {
+	for _, n := range c.Spec.Registries.SecretNames() {
 		s, err := a.kube.CoreV1().Secrets(v1alpha1.SecretNamespace).Get(ctx, n, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue // Render names the missing Secret
+		}
+		if apierrors.IsForbidden(err) {
+			// A machine reads only the Secrets the Cluster names, once the coordinator has
+			// named them in its Role: look again shortly.
+			a.queue.AddAfter(keyReconcile, 5*time.Second)
+			return nil, fmt.Errorf("reading Secret %s/%s: not allowed yet (the reboot coordinator grants the registry Secrets the Cluster names): %w", v1alpha1.SecretNamespace, n, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading Secret %s/%s: %w", v1alpha1.SecretNamespace, n, err)

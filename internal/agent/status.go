@@ -59,6 +59,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		nodeStale:      out.nodeStale,
 		k3sUnhealthy:   out.k3sUnhealthy,
 		trialFailed:    failed,
+		notAppliedBoot: out.notAppliedBoot,
 	}) {
 		c.ObservedGeneration = m.Generation
 		meta.SetStatusCondition(&s.Conditions, c)
@@ -85,6 +86,8 @@ type condInput struct {
 	nodeReady      bool
 	nodeStale      string
 	k3sUnhealthy   string
+	// notAppliedBoot: boot-time settings init could not apply at this boot, with why.
+	notAppliedBoot map[string]string
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
 }
@@ -132,6 +135,13 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
 	case in.trialFailed != nil:
 		add(v1alpha1.MachineDegraded, true, in.trialFailed.Reason, "a trial failed: see the UpgradeFailed condition")
+	case len(in.notAppliedBoot) > 0:
+		var f []string
+		for field, why := range in.notAppliedBoot {
+			f = append(f, field+": "+why)
+		}
+		sort.Strings(f)
+		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonNotAppliedAtBoot, "init could not apply at this boot (still pending): "+strings.Join(f, "; "))
 	default:
 		add(v1alpha1.MachineDegraded, false, v1alpha1.ReasonHealthy, "nothing has failed")
 	}

@@ -122,27 +122,75 @@ func splitArgs(s string) []v1alpha1.KernelArg {
 	return out
 }
 
-// appliedAtBoot are the staged fields init applies at every boot from the spec the agent
-// staged (internal/initd useStaged); the release and kernel arguments are grounded in what
-// the boot loader booted instead (groundStaged). Disks are not applied yet: they stay pending.
-var appliedAtBoot = map[string]bool{"machine.spec.network": true, "machine.spec.kernelModules": true, "machine.spec.match": true}
-
-// promoteBootSettings records, on the first pass of a new boot, that init applied the
-// staged boot-time settings.
+// promoteBootSettings records, on the first pass of a new boot, the boot-time settings init
+// applied at this boot, as its report says (internal/initd): the network and the kernel
+// modules only when init applied them whole and they are what the agent staged; the match
+// init found the machine by. What init could not apply stays pending, and is remembered
+// with init's reason. The release and kernel arguments are grounded in what the boot loader
+// booted instead (groundStaged). Disks are not applied yet: they stay pending.
 func (a *Agent) promoteBootSettings() error {
 	bi := a.bootInfo
 	if bi == nil || bi.BootID == a.st.BootID {
 		return nil
 	}
+	a.st.NotAppliedAtBoot = nil
 	if a.st.Applied != nil && a.st.Staged != nil {
-		promoted, err := change.Keep(*a.st.Staged, *a.st.Applied, func(fc v1alpha1.FieldClass) bool { return appliedAtBoot[fc.Path] })
+		staged := *a.st.Staged
+		promoted, err := change.Keep(staged, *a.st.Applied, func(fc v1alpha1.FieldClass) bool { return fc.Path == "machine.spec.match" })
 		if err != nil {
 			return err
+		}
+		if rep := bi.Report; rep != nil {
+			for _, f := range []struct {
+				field       string
+				ran, wanted any
+				promote     func()
+			}{
+				{"machine.spec.network", rep.Network, staged.Machine.Network, func() { promoted.Machine.Network = staged.Machine.Network }},
+				{"machine.spec.kernelModules", rep.KernelModules, staged.Machine.KernelModules, func() { promoted.Machine.KernelModules = staged.Machine.KernelModules }},
+			} {
+				switch why := rep.NotApplied[f.field]; {
+				case why != "":
+					a.st.NotAppliedAtBoot = append(a.st.NotAppliedAtBoot, state.NotAppliedAtBoot{Field: f.field, Reason: why, BootID: bi.BootID, Spec: staged})
+				case sameJSON(f.ran, f.wanted):
+					f.promote()
+				default:
+					a.log.Warn("this boot ran without the staged value; it stays pending", "field", f.field)
+				}
+			}
 		}
 		a.st.Applied = &promoted
 	}
 	a.st.BootID = bi.BootID
 	return a.cfg.State.Save(a.st)
+}
+
+func sameJSON(a, b any) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}
+
+// notAppliedAtBoot are the boot-time settings init could not apply at this boot whose value
+// the spec still asks for, each with init's reason.
+func (a *Agent) notAppliedAtBoot(desired change.Spec) map[string]string {
+	out := map[string]string{}
+	for _, n := range a.st.NotAppliedAtBoot {
+		changes, err := change.Diff(n.Spec, desired)
+		if err != nil {
+			continue
+		}
+		same := true
+		for _, ch := range changes {
+			if ch.Field == n.Field {
+				same = false
+			}
+		}
+		if same {
+			out[n.Field] = n.Reason
+		}
+	}
+	return out
 }
 
 // loadBoot asks init what this boot is, once per change of what init knows.
@@ -189,7 +237,10 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	what := []string{}
 	if at.Digest != at.FromDigest {
 		a.forgetFailure(at.Digest)
-		a.st.FailedReleases = append(a.st.FailedReleases, v1alpha1.FailedRelease{Digest: at.Digest, Version: at.Version, Reason: reason, Message: msg, At: now, Retried: at.Retry})
+		// A failure while spec.retryFailedDigest names the digest uses up that setting, whether
+		// the setting allowed this trial or was made before the release first failed.
+		retried := at.Retry || string(m.Spec.RetryFailedDigest) == at.Digest
+		a.st.FailedReleases = append(a.st.FailedReleases, v1alpha1.FailedRelease{Digest: at.Digest, Version: at.Version, Reason: reason, Message: msg, At: now, Retried: retried})
 		what = append(what, fmt.Sprintf("release %s in slot %s", at.Version, at.Slot))
 	}
 	if at.KernelArgs != at.FromKernelArgs {

@@ -143,6 +143,7 @@ func (b *fakeBoot) boot(id, slot string, trial bool, args string, records ...sta
 	defer b.mu.Unlock()
 	b.info.BootID, b.info.Slot, b.info.Trial, b.info.Committed, b.info.KernelArgs = id, slot, trial, false, args
 	b.info.BootTime = time.Now()
+	b.info.Report = nil // made by the sim's start as init would, unless a test gives one
 	b.rebootPending = false
 	b.info.Boots = append(b.info.Boots, records...)
 	b.info.Boots = append(b.info.Boots, state.BootRecord{ID: id, Slot: slot, Trial: trial})
@@ -516,5 +517,74 @@ func TestTrialCommitsOnThisBootsEvidence(t *testing.T) {
 	waitCount(t, "the trial committed", func() bool { return boot.get().Committed })
 	f.waitFor(t, "e1", "Ready on slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return condTrue(m, v1alpha1.MachineReady) && m.Status.Release != nil && m.Status.Release.Slot == "B" && !m.Status.Release.Trial
+	})
+}
+
+// TestAppliedMeansObservedAtBoot: a boot-time setting is marked applied only when init's
+// report of that boot says it applied it. A network init could not apply stays pending with
+// init's reason in status; a kernel-module change a power cycle booted without stays pending;
+// both are applied once a boot's report says so.
+func TestAppliedMeansObservedAtBoot(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"o1": v1alpha1.RoleAgent})
+	boot := f.bootedOnClusterRelease(t)
+	boot.info.Report = &state.BootReport{}
+	s := newSim(t, "o1", v1alpha1.RoleAgent)
+	s.bootCtl = boot
+	s.boot(t, f)
+	s.start(t)
+	f.waitFor(t, "o1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
+	})
+
+	// A network change and a kernel module change, staged for the next boot.
+	net := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth9", DHCP: true}}}
+	mods := []v1alpha1.KernelModule{{Name: "dummy", Parameters: map[string]v1alpha1.ModuleParameterValue{"numdummies": "2"}}}
+	f.editMachine("o1", func(m *v1alpha1.Machine) { m.Spec.Network, m.Spec.KernelModules = net, mods })
+	f.waitFor(t, "o1", "both staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.network") && hasPending(m, "machine.spec.kernelModules")
+	})
+
+	// A power cycle: init applied the modules but not the network (no link eth9)...
+	s.stop()
+	boot.boot("boot-2", "A", false, "")
+	boot.mu.Lock()
+	boot.info.Report = &state.BootReport{Network: net, KernelModules: mods, Modules: []string{"dummy numdummies=2"},
+		NotApplied: map[string]string{"machine.spec.network": "interface eth9: no link named eth9"}}
+	boot.mu.Unlock()
+	s.start(t)
+	f.waitFor(t, "o1", "the network still pending, with init's reason", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
+		return hasPending(m, "machine.spec.network") && !hasPending(m, "machine.spec.kernelModules") &&
+			c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonNotAppliedAtBoot && strings.Contains(c.Message, "no link named eth9")
+	})
+
+	// ...then a module change, and a power cycle whose init ran without it (the report
+	// says what it loaded): still pending.
+	mods2 := []v1alpha1.KernelModule{{Name: "dummy", Parameters: map[string]v1alpha1.ModuleParameterValue{"numdummies": "4"}}}
+	f.editMachine("o1", func(m *v1alpha1.Machine) { m.Spec.KernelModules = mods2 })
+	f.waitFor(t, "o1", "the new modules staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.kernelModules")
+	})
+	s.stop()
+	boot.boot("boot-3", "A", false, "")
+	boot.mu.Lock()
+	boot.info.Report = &state.BootReport{Network: net, KernelModules: mods, Modules: []string{"dummy numdummies=2"}}
+	boot.mu.Unlock()
+	s.start(t)
+	f.waitFor(t, "o1", "the modules this boot ran without still pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.kernelModules") && !hasPending(m, "machine.spec.network") &&
+			!meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded)
+	})
+
+	// A boot that applied both: nothing pending.
+	s.stop()
+	boot.boot("boot-4", "A", false, "")
+	boot.mu.Lock()
+	boot.info.Report = &state.BootReport{Network: net, KernelModules: mods2, Modules: []string{"dummy numdummies=4"}}
+	boot.mu.Unlock()
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "o1", "everything applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return len(m.Status.Pending) == 0 && condTrue(m, v1alpha1.MachineReady)
 	})
 }

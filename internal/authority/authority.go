@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -103,6 +104,11 @@ func CoordinatorRBAC() (*rbacv1.ClusterRole, *rbacv1.Role) {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName}, Verbs: []string{"get", "update", "patch"}},
+			// The coordinator keeps SecretsRole naming the Cluster's registry Secrets. RBAC lets
+			// it grant only what it holds itself, so it reads every Secret here: a server
+			// holds the cluster's CAs and datastore already, so this gives it nothing new.
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, ResourceNames: []string{SecretsRole}, Verbs: []string{"get", "update"}},
 		},
 	}
 	return role, lease
@@ -126,14 +132,46 @@ func ServerRBAC(machine string) (*rbacv1.ClusterRoleBinding, *rbacv1.RoleBinding
 		}
 }
 
-// SharedRBAC returns what every machine may do: read Secrets in liken-system (registry
-// credentials and CAs the Cluster names) and record Events.
+// SecretsRole is the Role in liken-system that lets every machine read the registry Secrets
+// the Cluster names, and only those: its rules name them, and the coordinator keeps the
+// names in step with the Cluster (SyncRegistrySecrets). It starts with no rule.
+const SecretsRole = "liken:machines:secrets"
+
+// RegistrySecretRules are SecretsRole's rules for the Secrets named: get, by name. None
+// named, no rule (a rule without names would allow every Secret).
+func RegistrySecretRules(names []string) []rbacv1.PolicyRule {
+	if len(names) == 0 {
+		return nil
+	}
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: append([]string(nil), names...), Verbs: []string{"get"}}}
+}
+
+// SyncRegistrySecrets makes SecretsRole allow exactly the Secrets named. It reports whether
+// it changed the Role.
+func SyncRegistrySecrets(ctx context.Context, kube kubernetes.Interface, names []string) (bool, error) {
+	roles := kube.RbacV1().Roles(v1alpha1.SecretNamespace)
+	r, err := roles.Get(ctx, SecretsRole, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading Role %s: %w", SecretsRole, err)
+	}
+	want := RegistrySecretRules(names)
+	if equality.Semantic.DeepEqual(r.Rules, want) {
+		return false, nil
+	}
+	r.Rules = want
+	if _, err := roles.Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		return false, fmt.Errorf("updating Role %s: %w", SecretsRole, err)
+	}
+	return true, nil
+}
+
+// SharedRBAC returns what every machine may do: read the registry Secrets the Cluster names
+// in liken-system (SecretsRole, no rule until the coordinator names them) and record Events.
 func SharedRBAC() ([]*rbacv1.Role, []*rbacv1.RoleBinding) {
 	labels := map[string]string{"app.kubernetes.io/managed-by": "liken"}
 	roles := []*rbacv1.Role{{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-		ObjectMeta: metav1.ObjectMeta{Name: "liken:machines:secrets", Namespace: v1alpha1.SecretNamespace, Labels: labels},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: SecretsRole, Namespace: v1alpha1.SecretNamespace, Labels: labels},
 	}, {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 		ObjectMeta: metav1.ObjectMeta{Name: "liken:machines:events", Namespace: EventNamespace, Labels: labels},
@@ -198,6 +236,10 @@ func applyRole(ctx context.Context, kube kubernetes.Interface, r *rbacv1.Role, b
 		_, err := kube.RbacV1().Roles(r.Namespace).Create(ctx, r, metav1.CreateOptions{})
 		return err
 	}, func() error {
+		if r.Name == SecretsRole {
+			// Its rules are the coordinator's (SyncRegistrySecrets): left as they are.
+			return nil
+		}
 		_, err := kube.RbacV1().Roles(r.Namespace).Update(ctx, r, metav1.UpdateOptions{})
 		return err
 	}); err != nil {

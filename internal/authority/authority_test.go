@@ -71,6 +71,10 @@ func TestMachineCredentials(t *testing.T) {
 	if _, err := admin.CoreV1().Secrets(v1alpha1.SecretNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The coordinator names the Cluster's registry Secrets in the machines' Role.
+	if _, err := SyncRegistrySecrets(ctx, admin, []string{"registry"}); err != nil {
+		t.Fatal(err)
+	}
 
 	cfg, err := env.UserConfig(User("m1"), Group)
 	if err != nil {
@@ -149,6 +153,14 @@ func TestMachineCredentials(t *testing.T) {
 		do   func(context.Context) error
 	}{
 		{"read another Machine", func(ctx context.Context) error { _, err := m1.Machine(ctx, "m2"); return err }},
+		{"read a Secret the Cluster does not name", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Secrets(v1alpha1.SecretNamespace).Get(ctx, "not-a-registry", metav1.GetOptions{})
+			return err
+		}},
+		{"list the Secrets", func(ctx context.Context) error {
+			_, err := m1kube.CoreV1().Secrets(v1alpha1.SecretNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
 		{"list all Machines", func(ctx context.Context) error {
 			return m1rest.Get().Resource("machines").Do(ctx).Error()
 		}},

@@ -251,6 +251,12 @@ func (c *Coordinator) step(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
+	// Machines may read the registry Secrets the Cluster names, and no other.
+	if changed, err := authority.SyncRegistrySecrets(ctx, c.kube, o.(*v1alpha1.Cluster).Spec.Registries.SecretNames()); err != nil {
+		c.log.Warn("keeping the machines' registry Secret access in step with the Cluster", "err", err)
+	} else if changed {
+		c.log.Info("machines may read the registry Secrets the Cluster names", "secrets", o.(*v1alpha1.Cluster).Spec.Registries.SecretNames())
+	}
 	p, err := MakePlan(c.fleet(o.(*v1alpha1.Cluster)))
 	if err != nil {
 		return err

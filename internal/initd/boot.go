@@ -41,6 +41,8 @@ type bootControl struct {
 	rebootPending bool
 	// layerDigest is the deployment layer's digest as built ("" when the disk records none).
 	layerDigest string
+	// report is what this boot applied of the boot-time settings (nil until init knows).
+	report *state.BootReport
 	// reboot asks init's main loop to shut down and restart the machine.
 	reboot func(why string)
 }
@@ -103,6 +105,12 @@ func (b *bootControl) update(change func(*state.BootRecord)) error {
 	return b.boots.Update(b.bootID, change)
 }
 
+func (b *bootControl) setReport(r state.BootReport) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.report = &r
+}
+
 func (b *bootControl) setLayer(digest string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -114,7 +122,7 @@ func (b *bootControl) Info() (supervisor.BootInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := supervisor.BootInfo{Slot: b.slot, Trial: b.trial, Committed: b.committed, Version: b.version,
-		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest}
+		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest, Report: b.report}
 	if standIn() {
 		info.K3s = "stand-in"
 	}

@@ -19,13 +19,21 @@ import (
 // agent reports modules that are not loaded.
 func (s *system) machineModules() error {
 	mods := s.machine.Spec.KernelModules
+	s.report.KernelModules = mods
 	if len(mods) == 0 {
 		return nil
 	}
+	var failed []string
+	defer func() {
+		if len(failed) > 0 {
+			s.notApplied("machine.spec.kernelModules", strings.Join(failed, "; "))
+		}
+	}()
 	krel, _ := os.ReadFile(initramfs.KernelRelease)
 	dir := filepath.Join("/lib/modules", strings.TrimSpace(string(krel)))
 	f, err := os.Open(filepath.Join(dir, "modules.dep"))
 	if err != nil {
+		failed = append(failed, "the image has no module index")
 		return fmt.Errorf("reading the module index: %w", err)
 	}
 	deps, err := kmod.ParseDeps(f)
@@ -37,8 +45,10 @@ func (s *system) machineModules() error {
 		order, err := deps.Resolve(m.Name)
 		if err != nil {
 			fmt.Fprintf(s.log, "liken-init: kernel module %s: %v\n", m.Name, err)
+			failed = append(failed, fmt.Sprintf("%s: %v", m.Name, err))
 			continue
 		}
+		ok := true
 		for i, file := range order {
 			params := ""
 			if i == len(order)-1 {
@@ -46,9 +56,15 @@ func (s *system) machineModules() error {
 			}
 			if err := kmod.Load(dir, file, params); err != nil {
 				fmt.Fprintf(s.log, "liken-init: kernel module %s: %v\n", m.Name, err)
+				failed = append(failed, fmt.Sprintf("%s: %v", m.Name, err))
+				ok = false
+				break
 			}
 		}
-		fmt.Fprintf(s.log, "liken-init: kernel module %s loaded %s\n", m.Name, moduleParams(m.Parameters))
+		if ok {
+			fmt.Fprintf(s.log, "liken-init: kernel module %s loaded %s\n", m.Name, moduleParams(m.Parameters))
+			s.report.Modules = append(s.report.Modules, strings.TrimSpace(m.Name+" "+moduleParams(m.Parameters)))
+		}
 	}
 	return nil
 }

@@ -54,6 +54,12 @@ type system struct {
 	rebootCh chan string
 	// stateFS is how the state file system was found before it was mounted.
 	stateFS string
+	// report is what this boot applied of the boot-time settings (the agent reads it).
+	report state.BootReport
+	// stopWatchdog disarms the watchdog init armed as it started; watchdogReset says the
+	// watchdog reset the machine before this boot.
+	stopWatchdog  func()
+	watchdogReset bool
 }
 
 // Main runs the booted system as PID 1; it never returns.
@@ -73,6 +79,7 @@ func systemStage(log io.Writer) (*system, error) {
 	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", initramfs.Uptime(), strings.TrimSpace(string(version)))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
 	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw)).WithoutTestSwitches(log), version: strings.TrimSpace(string(version)), rebootCh: make(chan string, 1)}
+	s.report.Cmdline = strings.TrimSpace(string(cmdlineRaw))
 	fmt.Fprintf(log, "liken-init: booted slot %s (trial %s)\n", s.cmd["liken.slot"], s.cmd["liken.trial"])
 	if s.cmd["liken.test"] == "poweroff" && s.cmd["liken.test.stage"] == "system" {
 		// Boot tests that stop at the root image.
@@ -80,6 +87,9 @@ func systemStage(log io.Writer) (*system, error) {
 		unix.Sync()
 		return s, unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	}
+	// Armed before anything that could hang: on a trial the initramfs armed it already and
+	// handed it over, and its timeout runs until init pings it.
+	s.stopWatchdog, s.watchdogReset = s.watchdog()
 	go reap()
 	for _, step := range []struct {
 		name string
@@ -114,7 +124,11 @@ func (s *system) recordBoot() error {
 	s.boot.record(func(r *state.BootRecord) {
 		r.Slot, r.Trial, r.Version, r.Reached, r.Panic, r.StateFS = s.boot.slot, s.boot.trial, s.version, state.ReachedSystem, panicLog, s.stateFS
 		r.Started = s.boot.bootTime
+		r.WatchdogReset = s.watchdogReset
 	})
+	if s.watchdogReset {
+		fmt.Fprintln(s.log, "liken-init: the watchdog reset this machine before this boot")
+	}
 	return nil
 }
 
@@ -357,10 +371,25 @@ func (s *system) apiURL() string {
 }
 
 func (s *system) network() error {
+	s.report.Network = s.machine.Spec.Network
+	var failed []string
 	for _, err := range network.Apply(context.Background(), s.machine.Spec.Network, s.machine.Name, s.log) {
 		fmt.Fprintf(s.log, "liken-init: network: %v\n", err)
+		failed = append(failed, err.Error())
 	}
+	if len(failed) > 0 && s.machine.Spec.Network != nil {
+		s.notApplied("machine.spec.network", strings.Join(failed, "; "))
+	}
+	s.boot.setReport(s.report)
 	return nil
+}
+
+// notApplied records in this boot's report that init could not apply all of a field.
+func (s *system) notApplied(field, why string) {
+	if s.report.NotApplied == nil {
+		s.report.NotApplied = map[string]string{}
+	}
+	s.report.NotApplied[field] = why
 }
 
 // run supervises k3s and the agent until a shutdown is asked for, then stops them and
@@ -407,11 +436,6 @@ func (s *system) run() error {
 				sig <- unix.SIGTERM
 			}
 		}()
-	}
-	stopWatchdog, watchdogReset := s.watchdog()
-	if watchdogReset {
-		fmt.Fprintln(s.log, "liken-init: the watchdog reset this machine before this boot")
-		s.boot.record(func(r *state.BootRecord) { r.WatchdogReset = true })
 	}
 	if trial {
 		s.injectTrialFault() // VM tests only: liken.test.fail=...
@@ -468,7 +492,7 @@ func (s *system) run() error {
 	})
 	s.shutdown(stopAgent, agentDone, stopK3s, k3sDone)
 	cancel()
-	stopWatchdog()
+	s.stopWatchdog()
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
 	return unix.Reboot(action)
 }

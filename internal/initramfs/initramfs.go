@@ -98,6 +98,8 @@ func initramfsStage(log io.Writer) error {
 	if err := LoadModules(log, filepath.Join("/lib/modules", strings.TrimSpace(string(krel))), BootModulesList); err != nil {
 		return err
 	}
+	wd := armTrialWatchdog(log, cmd) // the watchdog driver is one of the boot modules
+	injectFault(log, cmd, wd)        // VM tests only: liken.test.fail=initramfs-hang
 	root := cmd["liken.root"]
 	if root == "" {
 		return errors.New("no liken.root= on the kernel command line: the boot loader names the slot to boot")
@@ -122,6 +124,7 @@ func initramfsStage(log io.Writer) error {
 		return fmt.Errorf("mounting the root image from %s: %w", loop, err)
 	}
 	fmt.Fprintf(log, "liken-init: mounted root image from slot %s (%s) read-only at %s\n", dev, root, Uptime())
+	wd.handOver()
 	return switchRoot(newRoot, "/sbin/init")
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/atomicfile"
 )
 
@@ -40,6 +41,21 @@ type BootRecord struct {
 	// Shutdown is how this boot's shutdown went, when it had one: "clean" (every process
 	// ended by SIGTERM), or what it had to force.
 	Shutdown string `json:"shutdown,omitempty"`
+}
+
+// BootReport is what init applied at this boot of the settings only a boot applies: the
+// agent marks them applied only as this report says (internal/agent promoteBootSettings).
+type BootReport struct {
+	// Network and KernelModules are the Machine's settings init used at this boot (the spec
+	// the agent staged last, or the layer's manifest).
+	Network       *v1alpha1.MachineNetwork `json:"network,omitempty"`
+	KernelModules []v1alpha1.KernelModule  `json:"kernelModules,omitempty"`
+	// NotApplied maps a field ("machine.spec.network") to why init could not apply all of it.
+	NotApplied map[string]string `json:"notApplied,omitempty"`
+	// Modules are the Machine's modules init loaded, each as "name param=value ...".
+	Modules []string `json:"modules,omitempty"`
+	// Cmdline is the kernel command line in effect.
+	Cmdline string `json:"cmdline,omitempty"`
 }
 
 // Boot stages and ends init records.

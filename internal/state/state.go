@@ -65,6 +65,9 @@ type State struct {
 	// approval reboots the machine at most once.
 	ApprovedHash string       `json:"approvedHash,omitempty"`
 	ApprovedAt   *metav1.Time `json:"approvedAt,omitempty"`
+	// NotAppliedAtBoot are boot-time settings init could not apply at the last boot: they
+	// stay pending, with the reason in status, while the spec asks for the same value.
+	NotAppliedAtBoot []NotAppliedAtBoot `json:"notAppliedAtBoot,omitempty"`
 	// UnsentEvents are Events the agent recorded but could not send before it last went
 	// down (the API server was away); the next start sends them.
 	UnsentEvents []event.Event `json:"unsentEvents,omitempty"`
@@ -86,6 +89,15 @@ type Attempt struct {
 	// BootID is the boot that armed the trial.
 	BootID string      `json:"bootID"`
 	At     metav1.Time `json:"at"`
+}
+
+// NotAppliedAtBoot is a boot-time setting init could not apply at a boot.
+type NotAppliedAtBoot struct {
+	Field  string `json:"field"`
+	Reason string `json:"reason"`
+	BootID string `json:"bootID"`
+	// Spec is the staged spec whose value init tried.
+	Spec change.Spec `json:"spec"`
 }
 
 // FailedArgs are kernel arguments whose trial failed.

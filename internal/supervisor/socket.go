@@ -69,6 +69,9 @@ type BootInfo struct {
 	// LayerDigest is the deployment layer's digest as built (what liken layer printed),
 	// recorded on the disk by install; empty when the disk records none.
 	LayerDigest string `json:"layerDigest,omitempty"`
+	// Report is what init applied at this boot of the boot-time settings; nil when init
+	// has not got that far.
+	Report *state.BootReport `json:"report,omitempty"`
 }
 
 // RebootRequest asks init to reboot, trying TrialSlot with TrialArgs once when TrialSlot is

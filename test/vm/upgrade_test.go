@@ -368,6 +368,7 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 		{"kernel panic", "liken.test.fail=panic", v1alpha1.ReasonKernelPanic},
 		{"init exits", "liken.test.fail=init-exit", v1alpha1.ReasonInitFailed},
 		{"hang", "liken.test.fail=hang", v1alpha1.ReasonWatchdog},
+		{"hang in the initramfs", "liken.test.fail=initramfs-hang", v1alpha1.ReasonWatchdog},
 		{"k3s never ready", "liken.test.k3s-fault=never-ready", v1alpha1.ReasonHealthDeadline},
 		{"power cut during the trial", "liken.test.note=power-cut", v1alpha1.ReasonBootInterrupted},
 	} {
