@@ -126,6 +126,11 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 		if layerData, idx, err = layer.Narrow(layerData, o.Machine); err != nil {
 			return res, err
 		}
+	} else if len(idx.Machines) > 1 {
+		// A disk left to find its Machine by hardware would carry every one's private key:
+		// one stolen disk would let its holder act as any of them.
+		return res, fmt.Errorf("the %s layer holds the credentials of %d machines (%s): a disk not bound to one of them would carry all their private keys; give --machine NAME",
+			idx.Role, len(idx.Machines), strings.Join(idx.Machines, ", "))
 	}
 	specArgs, wantedVersion, err := bootArgs(layerData, o.Machine)
 	if err != nil {

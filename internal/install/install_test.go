@@ -62,6 +62,7 @@ func TestInstallRefuses(t *testing.T) {
 		{"bad pin", Options{Disk: used, Pin: "latest"}, "is not a release digest"},
 		{"liken's own kernel argument", Options{Disk: used, KernelArgs: "quiet liken.slot=B"}, "liken.slot is liken's own boot argument"},
 		{"machine not in layer", Options{Disk: used, Machine: "server-1"}, `has no credential for machine "server-1"`},
+		{"not bound to one of the layer's machines", Options{Disk: used, Machine: "-"}, "holds the credentials of 2 machines (agent-1, agent-2): a disk not bound to one of them would carry all their private keys; give --machine NAME"},
 		{"bad layer", Options{Disk: used, Layer: tooSmall}, "not a gzip stream"},
 		{"not the layer built", Options{Disk: used, LayerDigest: "sha256:" + strings.Repeat("0", 64)}, "not the sha256:000"},
 		{"huge sparse layer", Options{Disk: used, Layer: sparse}, "is 10737418240 bytes, more than the 67108864 a layer may have"},
@@ -76,6 +77,12 @@ func TestInstallRefuses(t *testing.T) {
 			}
 			if o.Layer == "" {
 				o.Layer = l
+			}
+			switch o.Machine {
+			case "":
+				o.Machine = "agent-1"
+			case "-":
+				o.Machine = "" // not bound
 			}
 			o.Channel, o.Layout = "file:///nonexistent", small
 			before, _ := os.ReadFile(o.Disk)
@@ -110,7 +117,7 @@ func TestInstallRefusesMountedImage(t *testing.T) {
 	}
 	defer exec.Command("umount", mnt).Run()
 	for _, d := range []string{img, loop} {
-		_, err := Install(context.Background(), Options{Disk: d, Wipe: true, Layer: exampleLayer(t), Pin: "sha256:" + strings.Repeat("0", 64), Channel: "file:///x", Layout: small})
+		_, err := Install(context.Background(), Options{Disk: d, Wipe: true, Layer: exampleLayer(t), Machine: "agent-1", Pin: "sha256:" + strings.Repeat("0", 64), Channel: "file:///x", Layout: small})
 		if err == nil || !strings.Contains(err.Error(), "is in use") {
 			t.Errorf("install onto %s (mounted): %v", d, err)
 		}

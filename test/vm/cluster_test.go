@@ -97,7 +97,7 @@ func (s *standalone) install(t *testing.T, m lab.Machine, res *identity.Result) 
 	}
 	if _, err := install.Install(context.Background(), install.Options{
 		Channel: "file://" + s.channel.dir, Pin: s.channel.pins[releaseA], Layer: res.Layers[v1alpha1.Role(m.Role)], LayerDigest: res.Digests[v1alpha1.Role(m.Role)],
-		Disk: d, SizeMiB: size, Layout: testLayout, KernelArgs: "quiet",
+		Disk: d, SizeMiB: size, Layout: testLayout, KernelArgs: "quiet", Machine: m.Name,
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -157,13 +157,23 @@ func joinMachines(t *testing.T, opts apiserver.Options, machineYAMLs []string, e
 	u, _ := url.Parse(env.Host)
 	guestAPI := "https://10.0.2.2:" + u.Port()
 	j := &joined{env: env, admin: admin, lc: lc, disks: map[string]string{}, guestAPI: guestAPI, channel: ch, layerDigests: res.Digests}
+	perRole := map[v1alpha1.Role]int{}
 	for _, m := range set.Machines {
+		perRole[m.Spec.Role]++
+	}
+	for _, m := range set.Machines {
+		// A machine alone in its role's layer finds its Machine by MAC; several are each
+		// bound to theirs (install refuses to put several machines' keys on one disk).
+		bound := ""
+		if perRole[m.Spec.Role] > 1 {
+			bound = m.Name
+		}
 		if _, err := lc.CreateMachine(t.Context(), m); err != nil {
 			t.Fatal(err)
 		}
 		d := filepath.Join(t.TempDir(), m.Name+".img")
 		if _, err := install.Install(context.Background(), install.Options{
-			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: d,
+			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: d, Machine: bound,
 			SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
 		}); err != nil {
 			t.Fatal(err)
