@@ -535,6 +535,15 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 	f.waitFor(t, "o1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
 	})
+	// powerCycle boots the machine again, init reporting r for that boot.
+	powerCycle := func(id string, r *state.BootReport) {
+		s.stop()
+		boot.boot(id, "A", false, "")
+		boot.mu.Lock()
+		boot.info.Report = r
+		boot.mu.Unlock()
+		s.start(t)
+	}
 
 	// A network change and a kernel module change, staged for the next boot.
 	net := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth9", DHCP: true}}}
@@ -545,13 +554,8 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 	})
 
 	// A power cycle: init applied the modules but not the network (no link eth9)...
-	s.stop()
-	boot.boot("boot-2", "A", false, "")
-	boot.mu.Lock()
-	boot.info.Report = &state.BootReport{Network: net, KernelModules: mods, Modules: []string{"dummy numdummies=2"},
-		NotApplied: map[string]string{"machine.spec.network": "interface eth9: no link named eth9"}}
-	boot.mu.Unlock()
-	s.start(t)
+	powerCycle("boot-2", &state.BootReport{Network: net, KernelModules: mods, Modules: []string{"dummy numdummies=2"},
+		NotApplied: map[string]string{"machine.spec.network": "interface eth9: no link named eth9"}})
 	f.waitFor(t, "o1", "the network still pending, with init's reason", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
 		return hasPending(m, "machine.spec.network") && !hasPending(m, "machine.spec.kernelModules") &&
@@ -565,24 +569,14 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 	f.waitFor(t, "o1", "the new modules staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return hasPending(m, "machine.spec.kernelModules")
 	})
-	s.stop()
-	boot.boot("boot-3", "A", false, "")
-	boot.mu.Lock()
-	boot.info.Report = &state.BootReport{Network: net, KernelModules: mods, Modules: []string{"dummy numdummies=2"}}
-	boot.mu.Unlock()
-	s.start(t)
+	powerCycle("boot-3", &state.BootReport{Network: net, KernelModules: mods, Modules: []string{"dummy numdummies=2"}})
 	f.waitFor(t, "o1", "the modules this boot ran without still pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return hasPending(m, "machine.spec.kernelModules") && !hasPending(m, "machine.spec.network") &&
 			!meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded)
 	})
 
 	// A boot that applied both: nothing pending.
-	s.stop()
-	boot.boot("boot-4", "A", false, "")
-	boot.mu.Lock()
-	boot.info.Report = &state.BootReport{Network: net, KernelModules: mods2, Modules: []string{"dummy numdummies=4"}}
-	boot.mu.Unlock()
-	s.start(t)
+	powerCycle("boot-4", &state.BootReport{Network: net, KernelModules: mods2, Modules: []string{"dummy numdummies=4"}})
 	defer s.stop()
 	f.waitFor(t, "o1", "everything applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return len(m.Status.Pending) == 0 && condTrue(m, v1alpha1.MachineReady)

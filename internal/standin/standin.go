@@ -19,7 +19,9 @@
 //
 //	LIKEN_STANDIN_KUBECONFIG  kubeconfig it registers its Node with (a node identity)
 //	LIKEN_STANDIN_HEALTHZ     readiness address (default 127.0.0.1:10248, the kubelet's)
-//	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION
+//	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION |
+//	                          late-boot-id=DURATION (the Node keeps the boot before's system
+//	                          info, Ready, that long: a kubelet that has not reported yet)
 //	LIKEN_STANDIN_CONTROL_PLANE  directory of the control plane `server` runs (controlplane.go);
 //	                          unset, a server registers with an API server run by a test
 //	LIKEN_STANDIN_BOOT_ID_FILE  where the boot ID it reports is read (default the kernel's);
@@ -222,6 +224,15 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		crash = time.After(dur)
 	}
 	neverReady := fault == "never-ready"
+	var lateBootID time.Time
+	if d, ok := strings.CutPrefix(fault, "late-boot-id="); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil {
+			return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
+		}
+		lateBootID = time.Now().Add(dur)
+		fmt.Fprintf(log, "k3s-standin: fault late-boot-id: the Node keeps the last boot's system info for %s\n", dur)
+	}
 
 	kc := getenv("LIKEN_STANDIN_KUBECONFIG")
 	if kc == "" {
@@ -295,7 +306,16 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		if err := heartbeat(ctx, client, name, !neverReady, c.nodeStatus(bootIDFile)); err != nil {
+		host := c.nodeStatus(bootIDFile)
+		if !lateBootID.IsZero() {
+			if time.Now().Before(lateBootID) {
+				host.NodeInfo.BootID = "" // heartbeat keeps the Node's
+			} else {
+				lateBootID = time.Time{}
+				fmt.Fprintf(log, "k3s-standin: fault late-boot-id over: reporting this boot's ID %s\n", host.NodeInfo.BootID)
+			}
+		}
+		if err := heartbeat(ctx, client, name, !neverReady, host); err != nil {
 			fmt.Fprintf(log, "k3s-standin: heartbeat: %v\n", err)
 		} else {
 			ready.Store(!neverReady)
@@ -448,6 +468,9 @@ func heartbeat(ctx context.Context, client kubernetes.Interface, name string, re
 		if c.Type == corev1.NodeReady && c.Status == status {
 			cond.LastTransitionTime = c.LastTransitionTime
 		}
+	}
+	if host.NodeInfo.BootID == "" {
+		host.NodeInfo = node.Status.NodeInfo // a kubelet that has not reported yet (fault late-boot-id)
 	}
 	// Only the heartbeat time changes between beats; skip the write unless the status does.
 	var kept []corev1.NodeCondition

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,7 +213,9 @@ func hasPending(m *v1alpha1.Machine, field string) bool {
 // written from the channel over HTTP, the reboot staged and approved, B tried once and
 // committed; then this machine alone rolled back to A: no download, A tried and committed.
 func TestUpgradeCommitAndRollback(t *testing.T) {
-	j := joinCluster(t, "liken.trial.deadline=240 liken.test.trap-sigterm", releaseB)
+	// late-boot-id: after each boot, k3s's Node keeps the boot before's system info (and its
+	// Ready) for 40 s, as when a kubelet has not reported yet: a trial must not commit on it.
+	j := joinCluster(t, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
 	vm := bootUEFI(t, j.disk, true, vmMAC)
 	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
@@ -246,7 +249,10 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	expectAfter(t, vm, mark, "liken-init: shutdown clean in", time.Minute)
 	expectAfter(t, vm, mark, "liken-grub: booting slot B (trial 1)", 3*time.Minute)
 	expectAfter(t, vm, mark, "liken-init: the state partition was cleanly unmounted", 3*time.Minute)
-	expectAfter(t, vm, mark, "liken-init: trial of slot B committed", 4*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: trial of slot B committed", 5*time.Minute)
+	if c := vm.Console()[mark:]; !inOrder(c, "liken-grub: booting slot B (trial 1)", "k3s-standin: fault late-boot-id over", "liken-init: trial of slot B committed") {
+		t.Errorf("the trial was committed before k3s reported this boot's ID")
+	}
 	j.waitMachine(t, "release B committed on slot B", 3*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "B", releaseB) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
 	})
@@ -269,7 +275,7 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	j.approve(t)
 	j.expectRebootSaid(t, vm, mark, 1)
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)
-	expectAfter(t, vm, mark, "liken-init: trial of slot A committed", 4*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: trial of slot A committed", 5*time.Minute)
 	j.waitMachine(t, "release A committed on slot A", 3*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
 	})
@@ -290,7 +296,7 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	if s := states(); !contains(s, v1alpha1.RebootRebooting) || (contains(s, v1alpha1.RebootDraining) && index(s, v1alpha1.RebootDraining) > index(s, v1alpha1.RebootRebooting)) {
 		t.Errorf("status.reboot.state went through %v; the machine must say Rebooting before going down (and Draining, if at all, before that)", s)
 	}
-	report.Line("upgrade in the VM (TCG): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
+	report.Line("upgrade in the VM (TCG; each boot's Node reports its boot ID 40 s late, so each commit waits 40 s more): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
 		sizeOf(t, releaseB), staged.Round(time.Second), upgraded.Round(time.Second), rolledBack.Round(time.Second))
 }
 
@@ -305,6 +311,18 @@ func sizeOf(t *testing.T, version string) int64 {
 		}
 	}
 	return 0
+}
+
+// inOrder reports whether each marker appears in s after the one before it.
+func inOrder(s string, markers ...string) bool {
+	for _, m := range markers {
+		i := strings.Index(s, m)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(m):]
+	}
+	return true
 }
 
 func expectAfter(t *testing.T, v *VM, mark int, marker string, timeout time.Duration) time.Duration {
