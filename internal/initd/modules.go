@@ -15,11 +15,25 @@ import (
 )
 
 // machineModules loads the Machine's kernelModules with their parameters, dependencies
-// first. A module the image lacks, or one that fails to load, is printed and skipped: the
-// agent reports modules that are not loaded.
+// first, as liken's modprobe does, and writes the parameters where modprobe reads them, so a
+// module k3s or the kernel loads later gets them too. A module the image lacks, or one that
+// fails to load, is printed, skipped and reported (the agent keeps it pending).
 func (s *system) machineModules() error {
 	mods := s.machine.Spec.KernelModules
 	s.report.KernelModules = mods
+	// The kernel runs this modprobe when it wants a module on demand (kernel.modprobe).
+	if err := os.WriteFile("/proc/sys/kernel/modprobe", []byte("/sbin/modprobe"), 0o644); err != nil {
+		fmt.Fprintf(s.log, "liken-init: kernel.modprobe: %v\n", err)
+	}
+	options := map[string]string{}
+	for _, m := range mods {
+		options[kmod.Name(m.Name)] = moduleParams(m.Parameters)
+	}
+	if err := os.MkdirAll(kmod.OptionsDirs[0], 0o755); err == nil {
+		if err := os.WriteFile(filepath.Join(kmod.OptionsDirs[0], "liken.conf"), kmod.OptionsFile(options), 0o644); err != nil {
+			fmt.Fprintf(s.log, "liken-init: writing the module parameters for modprobe: %v\n", err)
+		}
+	}
 	if len(mods) == 0 {
 		return nil
 	}
@@ -30,41 +44,19 @@ func (s *system) machineModules() error {
 		}
 	}()
 	krel, _ := os.ReadFile(initramfs.KernelRelease)
-	dir := filepath.Join("/lib/modules", strings.TrimSpace(string(krel)))
-	f, err := os.Open(filepath.Join(dir, "modules.dep"))
+	ix, err := kmod.OpenIndex(filepath.Join("/lib/modules", strings.TrimSpace(string(krel))))
 	if err != nil {
 		failed = append(failed, "the image has no module index")
-		return fmt.Errorf("reading the module index: %w", err)
-	}
-	deps, err := kmod.ParseDeps(f)
-	f.Close()
-	if err != nil {
 		return err
 	}
 	for _, m := range mods {
-		order, err := deps.Resolve(m.Name)
-		if err != nil {
+		if _, err := ix.Probe(m.Name, options); err != nil {
 			fmt.Fprintf(s.log, "liken-init: kernel module %s: %v\n", m.Name, err)
 			failed = append(failed, fmt.Sprintf("%s: %v", m.Name, err))
 			continue
 		}
-		ok := true
-		for i, file := range order {
-			params := ""
-			if i == len(order)-1 {
-				params = moduleParams(m.Parameters)
-			}
-			if err := kmod.Load(dir, file, params); err != nil {
-				fmt.Fprintf(s.log, "liken-init: kernel module %s: %v\n", m.Name, err)
-				failed = append(failed, fmt.Sprintf("%s: %v", m.Name, err))
-				ok = false
-				break
-			}
-		}
-		if ok {
-			fmt.Fprintf(s.log, "liken-init: kernel module %s loaded %s\n", m.Name, moduleParams(m.Parameters))
-			s.report.Modules = append(s.report.Modules, strings.TrimSpace(m.Name+" "+moduleParams(m.Parameters)))
-		}
+		fmt.Fprintf(s.log, "liken-init: kernel module %s loaded %s\n", m.Name, options[kmod.Name(m.Name)])
+		s.report.Modules = append(s.report.Modules, strings.TrimSpace(m.Name+" "+options[kmod.Name(m.Name)]))
 	}
 	return nil
 }

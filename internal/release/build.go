@@ -278,12 +278,32 @@ func buildInitramfs(k *Kernel, initBin, version string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// buildRootfs stages the root image and packs it with mksquashfs, reproducibly.
-func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) error {
+// stageModules puts the image's modules (BootModules, SystemModules and what they need)
+// under stage's lib/modules with the kernel's built-in lists, and depmod's index of exactly
+// those: what liken's modprobe reads. It returns the module files.
+func stageModules(k *Kernel, stage string, put func(rel, src string, mode os.FileMode) error) ([]string, error) {
 	files, err := k.Resolve(append(append([]string{}, BootModules...), SystemModules...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	modRoot := filepath.Join("lib", "modules", k.Version)
+	for _, f := range files {
+		if err := put(filepath.Join(modRoot, f), filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for _, meta := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+		if _, err := os.Stat(filepath.Join(k.ModulesDir(), meta)); err == nil {
+			if err := put(filepath.Join(modRoot, meta), filepath.Join(k.ModulesDir(), meta), 0o644); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return files, depmod(stage, k.Version)
+}
+
+// buildRootfs stages the root image and packs it with mksquashfs, reproducibly.
+func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) error {
 	put := func(rel string, src string, mode os.FileMode) error {
 		dst := filepath.Join(stage, rel)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -308,21 +328,13 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 			return err
 		}
 	}
-	modRoot := filepath.Join("lib", "modules", k.Version)
-	for _, f := range files {
-		if err := put(filepath.Join(modRoot, f), filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
-			return err
-		}
+	// liken-init is also liken's modprobe, which k3s runs through its PATH and the kernel
+	// through kernel.modprobe.
+	if err := os.Symlink("init", filepath.Join(stage, "sbin", "modprobe")); err != nil {
+		return err
 	}
-	for _, meta := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
-		if _, err := os.Stat(filepath.Join(k.ModulesDir(), meta)); err == nil {
-			if err := put(filepath.Join(modRoot, meta), filepath.Join(k.ModulesDir(), meta), 0o644); err != nil {
-				return err
-			}
-		}
-	}
-	// modprobe (k3s runs it) reads depmod's index of exactly the modules present.
-	if err := depmod(stage, k.Version); err != nil {
+	files, err := stageModules(k, stage, put)
+	if err != nil {
 		return err
 	}
 	ca := "/etc/ssl/certs/ca-certificates.crt"
