@@ -37,6 +37,11 @@ var SystemModules = []string{
 	"xt_multiport", "xt_statistic", "xt_mark", "xt_MASQUERADE", "xt_nat", "xt_REDIRECT", "ipt_REJECT",
 	"ip6t_REJECT", "ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "bonding", "8021q", "virtio_net",
 	"e1000", "e1000e", "igb", "ixgbe", "r8169", "tg3",
+	// What k3s's rules, network policy and flannel's backends use beyond the above
+	// (checkKernelConfig requires some of them).
+	"xt_ipvs", "xt_tcpudp", "nf_conntrack_netlink", "ip_set", "ip_set_hash_ip", "ip_set_hash_net",
+	"ip_set_hash_ipport", "ip_set_hash_ipportnet", "ip_set_hash_ipportip", "ip_set_hash_netport", "xt_set",
+	"nfnetlink_log", "xt_NFLOG", "xt_limit", "xt_physdev", "wireguard", "sch_htb", "ifb",
 }
 
 // BuildOptions are the inputs of a release; equal inputs give byte-identical outputs.
@@ -335,6 +340,9 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	}
 	files, err := stageModules(k, stage, put)
 	if err != nil {
+		return err
+	}
+	if err := checkKernelConfig(k.Config(), files); err != nil {
 		return err
 	}
 	ca := "/etc/ssl/certs/ca-certificates.crt"

@@ -32,6 +32,9 @@ type Kernel struct {
 // Vmlinuz is the kernel image's path.
 func (k *Kernel) Vmlinuz() string { return filepath.Join(k.Root, "boot", "vmlinuz-"+k.Version) }
 
+// Config is the kernel's build configuration (boot/config-<version>).
+func (k *Kernel) Config() string { return filepath.Join(k.Root, "boot", "config-"+k.Version) }
+
 // ModulesDir is lib/modules/<version>.
 func (k *Kernel) ModulesDir() string { return filepath.Join(k.Root, "lib", "modules", k.Version) }
 
@@ -74,7 +77,7 @@ func UnpackKernelDeb(deb, dir string) (*Kernel, error) {
 		if m := vmlinuzRE.FindStringSubmatch(name); m != nil {
 			k.Version = m[1]
 		}
-		if !strings.HasPrefix(name, "./boot/vmlinuz-") && !strings.HasPrefix(name, "./lib/modules/") {
+		if !strings.HasPrefix(name, "./boot/vmlinuz-") && !strings.HasPrefix(name, "./boot/config-") && !strings.HasPrefix(name, "./lib/modules/") {
 			continue
 		}
 		if h.Typeflag != tar.TypeReg {

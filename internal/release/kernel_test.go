@@ -3,6 +3,7 @@ package release
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"liken.dev/liken/internal/kmod"
@@ -38,8 +39,13 @@ func TestK3sModprobeCalls(t *testing.T) {
 		}
 		return copyFile(src, dst)
 	}
-	if _, err := stageModules(k, stage, put); err != nil {
+	files, err := stageModules(k, stage, put)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Debian's kernel passes the check with the image's modules, as every release build checks.
+	if err := checkKernelConfig(k.Config(), files); err != nil {
+		t.Error(err)
 	}
 	ix, err := kmod.OpenIndex(filepath.Join(stage, "lib", "modules", k.Version))
 	if err != nil {
@@ -69,4 +75,46 @@ func userCache() string {
 		return d
 	}
 	return os.TempDir()
+}
+
+// TestKernelConfigCheck: a configuration missing one option k3s needs, or building one as a
+// module the image leaves out, fails the check, naming it.
+func TestKernelConfigCheck(t *testing.T) {
+	var lines []string
+	var modules []string
+	for _, o := range kernelNeeds {
+		if o.module != "" {
+			lines = append(lines, "CONFIG_"+o.name+"=m")
+			modules = append(modules, "kernel/x/"+o.module+".ko.xz")
+		} else {
+			lines = append(lines, "CONFIG_"+o.name+"=y")
+		}
+	}
+	write := func(drop string, extra ...string) string {
+		var b strings.Builder
+		b.WriteString("# a comment\n# CONFIG_FOO is not set\n")
+		for _, l := range append(lines, extra...) {
+			if !strings.HasPrefix(l, "CONFIG_"+drop+"=") || drop == "" {
+				b.WriteString(l + "\n")
+			}
+		}
+		p := filepath.Join(t.TempDir(), "config")
+		os.WriteFile(p, []byte(b.String()), 0o644)
+		return p
+	}
+	if err := checkKernelConfig(write(""), modules); err != nil {
+		t.Fatalf("a complete configuration: %v", err)
+	}
+	if err := checkKernelConfig(write("MEMCG"), modules); err == nil || !strings.Contains(err.Error(), "CONFIG_MEMCG is not set") {
+		t.Errorf("without MEMCG: %v", err)
+	}
+	var noVeth []string
+	for _, m := range modules {
+		if !strings.Contains(m, "/veth.") {
+			noVeth = append(noVeth, m)
+		}
+	}
+	if err := checkKernelConfig(write(""), noVeth); err == nil || !strings.Contains(err.Error(), "CONFIG_VETH=m but module veth is not in the image") {
+		t.Errorf("without the veth module: %v", err)
+	}
 }
