@@ -120,7 +120,7 @@ func readEnvCopy(path string) (envCopy, error) {
 	}
 	c.env = env
 	g, gerr := strconv.ParseUint(env[envGen], 10, 64)
-	c.gen, c.sealed = g, gerr == nil && len(env[envGen]) == 10 && env[envSeal] == env[envGen]
+	c.gen, c.sealed = g, gerr == nil && env[envSeal] == env[envGen]
 	return c, nil
 }
 
@@ -138,7 +138,8 @@ func (e ESP) envCopies() (copies [2]envCopy, current int, legacy bool, err error
 			return copies, 0, false, errors.New("reading the boot loader's environment: " + EnvFile + " is missing or damaged")
 		}
 		return copies, 0, true, nil
-	case copies[0].sealed && (!copies[1].sealed || copies[0].gen > copies[1].gen):
+	case copies[0].sealed && (!copies[1].sealed || copies[0].gen >= copies[1].gen):
+		// Equal generations (never written so) go to the first copy, as GRUB's -gt does.
 		return copies, 0, false, nil
 	case copies[1].sealed:
 		return copies, 1, false, nil
@@ -291,6 +292,12 @@ func readSlotsCopy(path string) (c slotsCopy, ok, exists bool, err error) {
 		return c, false, true, fmt.Errorf("reading the slot records: %w", err)
 	}
 	if json.Unmarshal(b, &c) != nil || c.Generation == 0 {
+		// A disk installed before the two copies: one file, the records alone, no
+		// generation (0, so any copy written since is newer).
+		var legacy Slots
+		if err := json.Unmarshal(b, &legacy); err == nil {
+			return slotsCopy{Slots: legacy}, true, true, nil
+		}
 		return c, false, true, nil
 	}
 	sb, _ := json.Marshal(c.Slots)
@@ -307,9 +314,11 @@ func (e ESP) slotCopies() (copies [2]slotsCopy, current int, err error) {
 		}
 	}
 	switch {
-	case !exists[0] && !exists[1]:
-		return copies, -1, nil // no slot holds a known release yet
-	case ok[0] && (!ok[1] || copies[0].Generation > copies[1].Generation):
+	case !ok[0] && !ok[1] && (!exists[0] || !exists[1]):
+		// None written yet, or only a first write that a power cut tore: no slot holds a
+		// known release (each is checked again before it is trusted).
+		return copies, -1, nil
+	case ok[0] && (!ok[1] || copies[0].Generation >= copies[1].Generation):
 		return copies, 0, nil
 	case ok[1]:
 		return copies, 1, nil

@@ -2,6 +2,7 @@ package bootloader
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -219,5 +220,18 @@ func TestLegacyEnvironment(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, EnvFile2)); err == nil {
 		t.Error("a second copy appeared on a disk whose grub.cfg reads one")
+	}
+	// Its slot records are one file, the records alone: read, and written on as two copies.
+	rec := SlotRecord{State: SlotReady, Version: "2026.11.01-001", Digest: "sha256:old", At: time.Unix(1785000000, 0).UTC()}
+	b, _ = json.Marshal(Slots{SlotA: rec})
+	os.WriteFile(filepath.Join(dir, SlotsFile), b, 0o644)
+	if got, err := e.Slots(); err != nil || got[SlotA] != rec {
+		t.Fatalf("legacy slot records: %v %v", got, err)
+	}
+	if err := e.SetSlot(SlotB, SlotRecord{State: SlotWriting, Version: "2026.12.01-001"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Slots(); err != nil || got[SlotA] != rec || got[SlotB].State != SlotWriting {
+		t.Fatalf("after a write on legacy records: %v %v", got, err)
 	}
 }

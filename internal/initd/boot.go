@@ -208,8 +208,18 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 			})
 		})
 		if err != nil {
+			// The error may come after the environment was written (a failed sync or
+			// unmount): the record is cleared only when the environment is read back without
+			// the trial.
 			if recorded {
-				b.record(func(rec *state.BootRecord) { rec.Armed = "" }) // not armed after all
+				armedAfterAll := true
+				if rerr := b.withESP(func(e bootloader.ESP) error {
+					env, err := e.Env()
+					armedAfterAll = err != nil || env[bootloader.EnvTrialSlot] == r.TrialSlot
+					return err
+				}); rerr == nil && !armedAfterAll {
+					b.record(func(rec *state.BootRecord) { rec.Armed = "" })
+				}
 			}
 			return fmt.Errorf("arming the trial of slot %s: %w", r.TrialSlot, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,7 @@ const (
 // the boot log whether it was clean.
 func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s func(), k3sDone <-chan struct{}) {
 	start := time.Now()
+	reaperPaused.Store(true) // its commands are waited for here; endProcesses reaps the rest
 	fmt.Fprintln(s.log, "liken-init: shutting down: the agent, the containers, k3s, then every process left")
 	stopAgent()
 	<-agentDone
@@ -72,23 +74,35 @@ func (s *system) stopContainers() {
 	if standIn() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), containerStopTimeout+30*time.Second)
-	defer cancel()
-	crictl := func(args ...string) ([]string, error) {
+	crictl := func(timeout time.Duration, args ...string) ([]string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
 		out, err := exec.CommandContext(ctx, "/usr/bin/k3s", append([]string{"crictl"}, args...)...).Output()
 		return strings.Fields(string(out)), err
 	}
-	ids, err := crictl("ps", "-q")
+	ids, err := crictl(30*time.Second, "ps", "-q")
 	if err != nil {
 		fmt.Fprintf(s.log, "liken-init: listing containers (k3s crictl ps): %v\n", err)
 	} else if len(ids) > 0 {
+		// All at once, each with its own grace: one after another, a few slow ones would
+		// take minutes.
 		fmt.Fprintf(s.log, "liken-init: stopping %d containers (each may take %s)\n", len(ids), containerStopTimeout)
-		if _, err := crictl(append([]string{"stop", "--timeout", strconv.Itoa(int(containerStopTimeout.Seconds()))}, ids...)...); err != nil {
-			fmt.Fprintf(s.log, "liken-init: stopping containers: %v\n", err)
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := crictl(containerStopTimeout+15*time.Second, "stop", "--timeout", strconv.Itoa(int(containerStopTimeout.Seconds())), id); err != nil {
+					fmt.Fprintf(s.log, "liken-init: stopping container %s: %v\n", id, err)
+				}
+			}()
 		}
+		wg.Wait()
 	}
-	if pods, err := crictl("pods", "-q"); err == nil && len(pods) > 0 {
-		if _, err := crictl(append([]string{"stopp"}, pods...)...); err != nil {
+	if pods, err := crictl(30*time.Second, "pods", "-q"); err != nil {
+		fmt.Fprintf(s.log, "liken-init: listing pods (k3s crictl pods): %v\n", err)
+	} else if len(pods) > 0 {
+		if _, err := crictl(60*time.Second, append([]string{"stopp"}, pods...)...); err != nil {
 			fmt.Fprintf(s.log, "liken-init: stopping pods: %v\n", err)
 		}
 	}

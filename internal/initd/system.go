@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -515,12 +516,18 @@ func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
 	return env
 }
 
+// reaperPaused stops reap at shutdown, so it cannot collect a command init waits for.
+var reaperPaused atomic.Bool
+
 // reap collects orphaned processes reparented to init (exited containerd shims, say), leaving
 // its own children to the supervisor that waits for them.
 func reap() {
 	ch := make(chan os.Signal, 16)
 	signal.Notify(ch, syscall.SIGCHLD)
 	for range ch {
+		if reaperPaused.Load() {
+			continue // shutdown runs commands of its own and reaps what is left itself
+		}
 		for {
 			var info unix.Siginfo
 			// Peek at a zombie without collecting it.
