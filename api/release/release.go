@@ -11,7 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -234,3 +237,24 @@ type IndexEntry struct {
 // plane the stand-in's `server` mode runs (etcd, and kube-apiserver, kube-controller-manager and
 // kube-scheduler as links to one program). A release with real k3s has none: k3s runs its own.
 const StandInControlPlaneDir = "/usr/lib/liken/stand-in/bin"
+
+// BuildTimeFile is where the root image records when the release was built (RFC 3339): no
+// clock that reads earlier can be right, and k3s must not start by it.
+const BuildTimeFile = "/etc/liken/build-time"
+
+// ReadBuildTime reads BuildTimeFile under root ("/" on a machine); a zero time when there is
+// none (an image from before it).
+func ReadBuildTime(root string) (time.Time, error) {
+	b, err := os.ReadFile(filepath.Join(root, BuildTimeFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %s: %w", BuildTimeFile, err)
+	}
+	return t, nil
+}

@@ -42,6 +42,9 @@ const (
 	// ReasonNotAppliedAtBoot: init could not apply a boot-time setting (network, kernel
 	// modules) at the last boot; it stays pending, and the message says why.
 	ReasonNotAppliedAtBoot = "NotAppliedAtBoot"
+	// ReasonPreflightFailed: a host check k3s needs failed at this boot (iptables through
+	// k3s's PATH reaches no program); the message says which.
+	ReasonPreflightFailed = "PreflightFailed"
 
 	// ReasonNothingPending: no staged change and no reboot request.
 	ReasonNothingPending = "NothingPending"

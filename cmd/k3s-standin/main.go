@@ -12,6 +12,9 @@ import (
 )
 
 func main() {
+	if code, ok := standin.IptablesMain(os.Args[0], os.Stderr); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := standin.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -82,7 +82,7 @@ func (b *fakeBoot) initReport(stateDir string) {
 	if b.info.Report != nil {
 		return
 	}
-	r := &state.BootReport{}
+	r := &state.BootReport{PreflightDone: true} // the sim has no k3s for init to check
 	if st, err := (state.Store{Dir: stateDir}).Load(); err == nil && st.Staged != nil {
 		r.Network, r.KernelModules = st.Staged.Machine.Network, st.Staged.Machine.KernelModules
 	}
@@ -151,7 +151,7 @@ func (s *sim) boot(t testing.TB, f *fixture) {
 	l.Close()
 	s.healthz = "http://" + healthz + "/healthz"
 	s.k3s = supervisor.New(supervisor.Spec{Name: "k3s", Path: os.Args[0], Args: []string{string(s.role), "--config", s.paths.Config},
-		Env:    append(os.Environ(), "LIKEN_TEST_HELPER=k3s-standin", "LIKEN_STANDIN_KUBECONFIG="+kc, "LIKEN_STANDIN_HEALTHZ="+healthz, "LIKEN_STANDIN_BOOT_ID_FILE="+s.bootIDFile()),
+		Env:    append(os.Environ(), "LIKEN_TEST_HELPER=k3s-standin", "LIKEN_STANDIN_KUBECONFIG="+kc, "LIKEN_STANDIN_HEALTHZ="+healthz, "LIKEN_STANDIN_BOOT_ID_FILE="+s.bootIDFile(), "LIKEN_STANDIN_PREFLIGHT=off"),
 		Stderr: os.Stderr, RestartDelay: 200 * time.Millisecond, StopTimeout: 5 * time.Second}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

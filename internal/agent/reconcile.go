@@ -34,6 +34,8 @@ type outcome struct {
 	nodeStale string
 	// notAppliedBoot: boot-time settings init could not apply at this boot (field → why).
 	notAppliedBoot map[string]string
+	// preflightFailed: the host check init makes once k3s runs failed, so.
+	preflightFailed string
 	// k3sUnhealthy says why k3s's health check failed; empty when healthy or not checked.
 	k3sUnhealthy string
 	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
@@ -53,7 +55,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		// Nothing to do until both documents are known; the watch brings them.
 		return err
 	}
-	if a.cfg.Boot != nil && a.bootInfo == nil {
+	// Asked again until init has checked k3s once it runs (checkK3sPATH), so a failure there
+	// reaches status.
+	if a.cfg.Boot != nil && (a.bootInfo == nil || a.bootInfo.Report != nil && !a.bootInfo.Report.PreflightDone) {
 		if err := a.loadBoot(ctx); err != nil {
 			return err
 		}
@@ -80,6 +84,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return err
 	}
 	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy, notAppliedBoot: a.notAppliedAtBoot(desired)}
+	if bi := a.bootInfo; bi != nil && bi.Report != nil {
+		out.preflightFailed = bi.Report.PreflightFailed
+	}
 	if out.k3sUnhealthy = a.k3sHealth(ctx); out.k3sUnhealthy != "" {
 		// k3s's health is not watched: look again shortly while it is not healthy.
 		a.queue.AddAfter(keyReconcile, 5*time.Second)

@@ -60,6 +60,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		k3sUnhealthy:   out.k3sUnhealthy,
 		trialFailed:    failed,
 		notAppliedBoot: out.notAppliedBoot,
+		preflight:      out.preflightFailed,
 	}) {
 		c.ObservedGeneration = m.Generation
 		meta.SetStatusCondition(&s.Conditions, c)
@@ -88,6 +89,8 @@ type condInput struct {
 	k3sUnhealthy   string
 	// notAppliedBoot: boot-time settings init could not apply at this boot, with why.
 	notAppliedBoot map[string]string
+	// preflight: how the host check init makes once k3s runs failed.
+	preflight string
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
 }
@@ -135,6 +138,8 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
 	case in.trialFailed != nil:
 		add(v1alpha1.MachineDegraded, true, in.trialFailed.Reason, "a trial failed: see the UpgradeFailed condition")
+	case in.preflight != "":
+		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonPreflightFailed, in.preflight)
 	case len(in.notAppliedBoot) > 0:
 		var f []string
 		for field, why := range in.notAppliedBoot {

@@ -32,6 +32,8 @@ func TestConditions(t *testing.T) {
 			"ConfigApplied": "False/RestartingK3s", "Ready": "False/Reconciling"}},
 		{"staged", condInput{pending: pending, nodeFound: true, nodeReady: true}, map[string]string{
 			"RebootPending": "True/ChangesStaged", "Ready": "True/Ready", "ConfigApplied": "True/Applied"}},
+		{"preflight failed", condInput{nodeFound: true, nodeReady: true, preflight: "iptables: resolves to a script"}, map[string]string{
+			"Degraded": "True/PreflightFailed", "Ready": "True/Ready"}},
 		{"no node", condInput{}, map[string]string{"Ready": "False/NodeNotReady"}},
 		{"k3s unhealthy", condInput{nodeFound: true, nodeReady: true, k3sUnhealthy: "answered 503"}, map[string]string{"Ready": "False/K3sNotReady"}},
 		{"node not ready", condInput{nodeFound: true}, map[string]string{"Ready": "False/NodeNotReady"}},

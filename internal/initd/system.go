@@ -98,12 +98,14 @@ func systemStage(log io.Writer) (*system, error) {
 	}{
 		{"mounting the system's filesystems", s.mounts},
 		{"recording this boot", s.recordBoot},
+		{"preparing the host for k3s", s.hostFiles},
 		{"loading the system modules", s.modules},
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
 		{"loading the machine's kernel modules", s.machineModules},
 		{"configuring the network", s.network},
 		{"preparing k3s", s.prepareK3s},
+		{"checking the host for k3s", s.preflight},
 	} {
 		if err := step.fn(); err != nil {
 			return s, fmt.Errorf("%s: %w", step.name, err)
@@ -240,6 +242,9 @@ func (s *system) pickMachine() error {
 	s.useStaged()
 	if err := unix.Sethostname([]byte(m.Name)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
+	}
+	if err := writeHosts(hostsFile, m.Name); err != nil {
+		return fmt.Errorf("writing /etc/hosts: %w", err)
 	}
 	s.join = k3s.FirstServerURL(machines)
 	if m.Spec.Role == v1alpha1.RoleServer && s.join != "" && strings.Contains(s.join, "//"+firstAddress(m)+":") {
@@ -453,6 +458,7 @@ func (s *system) run() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Fprintf(s.log, "liken-init: started k3s (pid %d) at %s\n", k3sProc.PID(), initramfs.Uptime())
+	go s.checkK3sPATH(k3sProc.PID, ctx.Done())
 	s.startTestProcesses() // VM tests only: liken.test.trap-sigterm
 	s.boot.record(func(r *state.BootRecord) {
 		if r.Reached == state.ReachedSystem {
@@ -501,7 +507,7 @@ func (s *system) run() error {
 // k3sEnv is k3s's environment; never INVOCATION_ID, which would make k3s pick the systemd
 // cgroup driver.
 func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
-	env := []string{"PATH=/usr/bin:/sbin:/bin", "HOME=/root"}
+	env := []string{"PATH=" + k3s.HostPATH, "HOME=/root"}
 	if standIn() {
 		env = append(env, "LIKEN_STANDIN_KUBECONFIG="+standInKubeconfig)
 		// A server runs the stand-in's control plane, as k3s runs its own, unless a VM test

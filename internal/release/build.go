@@ -16,6 +16,7 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/cpio"
+	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/initramfs"
 )
 
@@ -338,6 +339,16 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	if err := os.Symlink("init", filepath.Join(stage, "sbin", "modprobe")); err != nil {
 		return err
 	}
+	// No shell: iptables reaches k3s's static xtables-nft-multi through links (host/k3s).
+	for name, target := range k3s.IptablesLinks(k3s.DefaultPaths.DataDir) {
+		dst := filepath.Join(stage, k3s.IptablesDir, name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(target, dst); err != nil {
+			return err
+		}
+	}
 	files, err := stageModules(k, stage, put)
 	if err != nil {
 		return err
@@ -356,6 +367,9 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		return err
 	}
 	if err := write("etc/liken/kernel-release", []byte(k.Version+"\n")); err != nil {
+		return err
+	}
+	if err := write(apirelease.BuildTimeFile, []byte(opts.Epoch.UTC().Format(time.RFC3339)+"\n")); err != nil {
 		return err
 	}
 	if err := write("etc/liken/system-modules", []byte(strings.Join(files, "\n")+"\n")); err != nil {
@@ -377,9 +391,26 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 			return err
 		}
 	}
-	// The root image is read-only; what changes at run time lives under /run.
-	if err := os.Symlink("/run/liken/resolv.conf", filepath.Join(stage, "etc/resolv.conf")); err != nil {
-		return err
+	// The root image is read-only: what init writes at boot lives under /run, what lasts on
+	// the state partition (initd's host.go).
+	for _, l := range []struct{ name, target string }{
+		{"etc/resolv.conf", "/run/liken/resolv.conf"},
+		{"etc/hosts", "/run/liken/hosts"},
+		{"etc/machine-id", "/var/lib/liken/machine-id"},
+	} {
+		if err := os.Symlink(l.target, filepath.Join(stage, l.name)); err != nil {
+			return err
+		}
+	}
+	// As k3s's own image has them: name lookup by files then DNS, and a root user.
+	for name, data := range map[string]string{
+		"etc/nsswitch.conf": "hosts: files dns\n",
+		"etc/passwd":        "root:x:0:0:root:/root:/sbin/nologin\n",
+		"etc/group":         "root:x:0:\n",
+	} {
+		if err := write(name, []byte(data)); err != nil {
+			return err
+		}
 	}
 	os.Remove(out)
 	cmd := exec.Command("mksquashfs", stage, out, "-noappend", "-all-root", "-no-xattrs", "-comp", "zstd", "-quiet", "-no-progress")

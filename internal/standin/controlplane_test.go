@@ -313,6 +313,7 @@ kube-controller-manager-arg: ["node-monitor-grace-period=20s"]
 		finished := make(chan struct{})
 		env["LIKEN_STANDIN_KUBECONFIG"] = nodeKubeconfig(name)
 		env["LIKEN_STANDIN_HEALTHZ"] = fmt.Sprintf("127.0.0.1:%d", apiserver.FreePort())
+		env["LIKEN_STANDIN_PREFLIGHT"] = "off"
 		cfg, err := Parse([]string{role, "--config", filepath.Join(dir, role+".yaml")}, func(string) string { return "" })
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +375,7 @@ kube-controller-manager-arg: ["node-monitor-grace-period=20s"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"LIKEN_STANDIN_KUBECONFIG": nodeKubeconfig("stray"), "LIKEN_STANDIN_HEALTHZ": fmt.Sprintf("127.0.0.1:%d", apiserver.FreePort())}
+	env := map[string]string{"LIKEN_STANDIN_KUBECONFIG": nodeKubeconfig("stray"), "LIKEN_STANDIN_HEALTHZ": fmt.Sprintf("127.0.0.1:%d", apiserver.FreePort()), "LIKEN_STANDIN_PREFLIGHT": "off"}
 	if err := Run(t.Context(), cfg2, func(k string) string { return env[k] }, &testLog{t}); err == nil || !strings.Contains(err.Error(), "token CA hash does not match") {
 		t.Errorf("an agent with another cluster's token: %v", err)
 	}

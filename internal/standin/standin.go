@@ -3,7 +3,9 @@
 // on liken's build machines. It is never what a user gets: its name, its output and the
 // release document say it is a stand-in.
 //
-// What it does of k3s: `server|agent --config FILE` (also -c and K3S_CONFIG_FILE), reads the
+// What it does of k3s: `server|agent --config FILE` (also -c and K3S_CONFIG_FILE), unpacks a
+// data directory laid out as k3s's and performs the host checks k3s performs at start,
+// refusing to start at the first that fails (preflight.go), reads the
 // config file and the registries file as k3s does, refuses a server-only key as an agent
 // ("flag provided but not defined", as k3s agent does), registers its Node with the API
 // server and keeps it Ready with a Lease heartbeat, answers a kubelet-style readiness
@@ -24,6 +26,8 @@
 //	                          info, Ready, that long: a kubelet that has not reported yet)
 //	LIKEN_STANDIN_CONTROL_PLANE  directory of the control plane `server` runs (controlplane.go);
 //	                          unset, a server registers with an API server run by a test
+//	LIKEN_STANDIN_PREFLIGHT   off: skip the host checks k3s performs (preflight.go), where
+//	                          the host is no liken machine (host tests)
 //	LIKEN_STANDIN_BOOT_ID_FILE  where the boot ID it reports is read (default the kernel's);
 //	                          host tests that play several boots of one machine set it
 package standin
@@ -97,6 +101,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, Banner)
 	cfg, err := Parse(args, os.Getenv)
 	if err != nil {
+		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
+		return 1
+	}
+	if err := cfg.stageAndRun(args, os.Getenv, stderr); err != nil {
 		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
 		return 1
 	}
@@ -202,6 +210,9 @@ func (c *Config) list(key string) []string {
 
 // Run registers the Node and keeps it Ready until ctx ends.
 func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writer) error {
+	if err := c.preflight(getenv, log); err != nil {
+		return err
+	}
 	fault := getenv("LIKEN_STANDIN_FAULT")
 	if d, ok := strings.CutPrefix(fault, "slow-start="); ok {
 		dur, err := time.ParseDuration(d)

@@ -108,7 +108,7 @@ func start(t *testing.T, name, role, fault string) (addr string, done chan error
 	}
 	addr = freeAddr(t)
 	kc := nodeKubeconfig(t, name)
-	vars := map[string]string{"LIKEN_STANDIN_KUBECONFIG": kc, "LIKEN_STANDIN_HEALTHZ": addr, "LIKEN_STANDIN_FAULT": fault}
+	vars := map[string]string{"LIKEN_STANDIN_KUBECONFIG": kc, "LIKEN_STANDIN_HEALTHZ": addr, "LIKEN_STANDIN_FAULT": fault, "LIKEN_STANDIN_PREFLIGHT": "off"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done = make(chan error, 1)
 	go func() { done <- Run(ctx, c, func(k string) string { return vars[k] }, os.Stderr) }()

@@ -56,6 +56,10 @@ type BootReport struct {
 	Modules []string `json:"modules,omitempty"`
 	// Cmdline is the kernel command line in effect.
 	Cmdline string `json:"cmdline,omitempty"`
+	// PreflightDone says init has made the host check it makes once k3s runs (iptables
+	// through k3s's PATH); PreflightFailed says how it failed, if it did.
+	PreflightDone   bool   `json:"preflightDone,omitempty"`
+	PreflightFailed string `json:"preflightFailed,omitempty"`
 }
 
 // Boot stages and ends init records.

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,21 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	}
 	if !strings.Contains(vm.Console(), "liken-init: started k3s") {
 		t.Errorf("no k3s start on the console")
+	}
+	// The host checks k3s needs passed on the project's image: init's before k3s started,
+	// the stand-in's (with iptables through the PATH k3s builds) as it started, and init's
+	// check of k3s's PATH once k3s ran from its data directory.
+	for _, line := range []string{"liken-init: preflight passed (4 checks)", "k3s-standin: preflight passed (5 checks)",
+		"liken-init: preflight: iptables through k3s's PATH: ok", "liken-init: made this machine's ID"} {
+		if !strings.Contains(vm.Console(), line) {
+			t.Errorf("no %q on the console", line)
+		}
+	}
+	if id := n.Status.NodeInfo.MachineID; !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
+		t.Errorf("the Node's machine ID %q is not the one init made (/etc/machine-id)", id)
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded); c == nil || c.Reason == v1alpha1.ReasonPreflightFailed {
+		t.Errorf("Degraded: %+v", c)
 	}
 	// Init started k3s without the registry credentials (they live in the API); the agent
 	// rendered them in and restarted k3s in place once.

@@ -1,0 +1,124 @@
+package standin
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/preflight"
+)
+
+// dataHash names the stand-in's data directory; k3s's is a hash of its bundle.
+const dataHash = "k3s-standin"
+
+// detectScript stands for k3s-root's iptables-detect.sh: a /bin/sh script, as the real one
+// is, so a PATH that reaches it fails the preflight as k3s's would fail.
+const detectScript = "#!/bin/sh\n# k3s-standin: stands for k3s-root's iptables-detect.sh, which needs a shell\nexit 1\n"
+
+// unpackDataDir lays out a data directory as k3s unpacks its own (cmd/k3s/main.go: extract):
+// dataDir/data/<hash>/bin and bin/aux, with data/current pointing at it. In bin/aux, the six
+// iptables names are links to the detection script and xtables-nft-multi is a program; the
+// stand-in's is itself (see IptablesMain). It returns the hash.
+func unpackDataDir(dataDir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	aux := filepath.Join(dataDir, "data", dataHash, "bin", "aux")
+	if err := os.MkdirAll(aux, 0o755); err != nil {
+		return "", fmt.Errorf("unpacking the data directory: %w", err)
+	}
+	os.MkdirAll(filepath.Join(dataDir, "data", "cni"), 0o755)
+	if err := os.WriteFile(filepath.Join(aux, "iptables-detect.sh"), []byte(detectScript), 0o755); err != nil {
+		return "", err
+	}
+	for _, role := range []string{"k3s-server", "k3s-agent"} {
+		if err := replaceLink(self, filepath.Join(aux, "..", role)); err != nil {
+			return "", err
+		}
+	}
+	links := map[string]string{"xtables-nft-multi": self}
+	for _, n := range k3s.IptablesNames {
+		links[n] = "iptables-detect.sh"
+	}
+	for name, target := range links {
+		if err := replaceLink(target, filepath.Join(aux, name)); err != nil {
+			return "", err
+		}
+	}
+	if err := replaceLink(dataHash, filepath.Join(dataDir, "data", "current")); err != nil {
+		return "", err
+	}
+	return dataHash, nil
+}
+
+// replaceLink points p at target, replacing what was there in one step.
+func replaceLink(target, p string) error {
+	tmp := p + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// dataDir is k3s's data directory as this config sets it.
+func (c *Config) dataDir() string {
+	if d, ok := c.Values["data-dir"].(string); ok && d != "" {
+		return d
+	}
+	return k3s.DefaultPaths.DataDir
+}
+
+// stageAndRun does what k3s does before anything else (cmd/k3s/main.go, stageAndRun): it
+// unpacks the data directory, sets PATH for itself and everything it runs, and K3S_DATA_DIR,
+// and runs itself again from the data directory as bin/k3s-server or bin/k3s-agent. It
+// returns only on failure. Skipped with LIKEN_STANDIN_PREFLIGHT=off and once done.
+func (c *Config) stageAndRun(args []string, getenv func(string) string, log io.Writer) error {
+	if getenv("LIKEN_STANDIN_PREFLIGHT") == "off" || getenv("K3S_DATA_DIR") != "" {
+		return nil
+	}
+	hash, err := unpackDataDir(c.dataDir())
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(c.dataDir(), "data", hash)
+	prefer, _ := c.Values["prefer-bundled-bin"].(bool)
+	os.Setenv("PATH", k3s.ProcessPATH(c.dataDir(), hash, getenv("PATH"), prefer))
+	os.Setenv("K3S_DATA_DIR", dir)
+	prog := filepath.Join(dir, "bin", "k3s-"+c.Role)
+	fmt.Fprintf(log, "k3s-standin: unpacked %s; running %s\n", dir, prog)
+	return syscall.Exec(prog, append([]string{prog}, args...), os.Environ())
+}
+
+// preflight performs the host checks k3s performs at start, with the PATH stageAndRun set,
+// and refuses to start at the first that fails. LIKEN_STANDIN_PREFLIGHT=off skips it where
+// the host is no liken machine (host tests).
+func (c *Config) preflight(getenv func(string) string, log io.Writer) error {
+	if getenv("LIKEN_STANDIN_PREFLIGHT") == "off" {
+		fmt.Fprintln(log, "k3s-standin: preflight off (LIKEN_STANDIN_PREFLIGHT=off: this host is not a liken machine)")
+		return nil
+	}
+	built, err := apirelease.ReadBuildTime("/")
+	if err != nil {
+		return err
+	}
+	h := preflight.DefaultHost(getenv("PATH"), built)
+	return preflight.Run(h.Checks(true), log, "k3s-standin")
+}
+
+// IptablesMain is the stand-in run as one of the iptables names (through the stand-in's
+// data directory's xtables-nft-multi): it changes no rules, and says so.
+func IptablesMain(argv0 string, stderr io.Writer) (int, bool) {
+	name := filepath.Base(argv0)
+	if !slices.Contains(k3s.IptablesNames, name) && name != "xtables-nft-multi" {
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "k3s-standin: %s: liken's stand-in for k3s's xtables-nft-multi; it changes no rules (not iptables)\n", name)
+	return 1, true
+}
