@@ -102,6 +102,18 @@ type ClusterSpec struct {
 	// +listType=atomic
 	KernelArgs []KernelArg `json:"kernelArgs,omitempty"`
 
+	// TimeServers are the NTP servers (a host name or address, with :port when not 123)
+	// every machine sets its clock from, before those its DHCP server names (option 42).
+	// Init sets the clock from them at boot before k3s starts, and never starts k3s while
+	// the clock reads earlier than its release was built; the agent keeps the clock with
+	// them while the machine runs. A change is live.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|\\\\[[0-9a-fA-F:.]+\\\\])(:[0-9]{1,5})?$')",message="timeServers must be host names or addresses, each with an optional :port (an IPv6 address in brackets), such as time.example.com or 192.0.2.1:123"
+	TimeServers []string `json:"timeServers,omitempty"`
+
 	// Network holds the cluster's address ranges. They are fixed when the cluster is created.
 	// +optional
 	// +kubebuilder:default={clusterCIDR:"10.42.0.0/16",serviceCIDR:"10.43.0.0/16",clusterDNS:"10.43.0.10",clusterDomain:"cluster.local"}

@@ -24,6 +24,10 @@ type MachineStatus struct {
 	// +optional
 	Release *RunningRelease `json:"release,omitempty"`
 
+	// Clock is where the machine's time comes from and how far off it was.
+	// +optional
+	Clock *ClockStatus `json:"clock,omitempty"`
+
 	// Pending lists the changes staged for the next boot or for a reboot of their own,
 	// each with its field, class, old and new value, and since when it waits.
 	// +optional
@@ -52,6 +56,26 @@ type MachineStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ClockStatus is the machine's last setting of its clock.
+type ClockStatus struct {
+	// Source is the NTP server (host:port) the clock was last set from, or "rtc" when none
+	// has answered since boot and the clock runs as the hardware clock started it.
+	Source string `json:"source"`
+	// Offset is how far the clock was from the source when last set, as a duration the
+	// clock moved ("+24h3m0.5s": it was behind), rounded to the millisecond.
+	// +optional
+	Offset string `json:"offset,omitempty"`
+	// LastSync is when the clock was last set from Source.
+	// +optional
+	LastSync *metav1.Time `json:"lastSync,omitempty"`
+	// AtBoot is how init set the clock at this boot, before k3s started.
+	// +optional
+	AtBoot string `json:"atBoot,omitempty"`
+	// Error is why the last attempt to reach a time server failed, if it did.
+	// +optional
+	Error string `json:"error,omitempty"`
 }
 
 // Hardware is the inventory a machine reads from /sys and /proc.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,8 +25,10 @@ import (
 	"liken.dev/liken/internal/bootstrap"
 	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/host/clock"
 	"liken.dev/liken/internal/host/hardware"
 	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/host/network"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/release"
@@ -65,6 +68,7 @@ func run() error {
 		coord      = flag.Bool("coordinator", false, "take part in electing the reboot coordinator (server machines)")
 		bootKC     = flag.String("bootstrap-kubeconfig", "", "the bootstrap credential: create the Cluster and Machines of --layer-dir where absent (server machines)")
 		layerDir   = flag.String("layer-dir", "/run/liken/layer", "the unpacked deployment layer")
+		keepClock  = flag.Duration("keep-clock", 0, "set the clock from the time servers this often (0: leave the clock alone; init passes it on a liken machine)")
 	)
 	flag.Parse()
 	if *machine == "" {
@@ -76,7 +80,7 @@ func run() error {
 		return fmt.Errorf("reading %s: %w", *kubeconfig, err)
 	}
 	m := agent.NewMetrics()
-	a, err := agent.New(agent.Config{
+	acfg := agent.Config{
 		Machine: *machine, REST: cfg, State: state.Store{Dir: *stateDir},
 		Sysctl: sysctl.Host{Root: *sysRoot}, K3sRoot: k3s.Root("/"),
 		K3sPaths: paths,
@@ -84,7 +88,12 @@ func run() error {
 		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition, K3sHealthz: *healthz,
 		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
 		Log:      log, Metrics: m, Coordinator: coordinatorConfig(*coord),
-	})
+		ClockEvery: *keepClock, DHCPTimeServers: dhcpTimeServers,
+	}
+	if *keepClock > 0 {
+		acfg.Clock = &clock.Clock{}
+	}
+	a, err := agent.New(acfg)
 	if err != nil {
 		return err
 	}
@@ -144,4 +153,10 @@ func coordinatorConfig(on bool) *coordinator.Config {
 		return nil
 	}
 	return &coordinator.Config{}
+}
+
+// dhcpTimeServers are the NTP servers the DHCP leases named at boot (init's network step).
+func dhcpTimeServers() []string {
+	b, _ := os.ReadFile(network.TimeServersFile)
+	return strings.Fields(string(b))
 }

@@ -28,6 +28,7 @@ import (
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/event"
+	"liken.dev/liken/internal/host/clock"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
@@ -84,6 +85,12 @@ type Config struct {
 	// beside the agent: the fields the agent knows (machine, client, Events, log, clock)
 	// are filled in. Nil on agent machines.
 	Coordinator *coordinator.Config
+	// Clock keeps the machine's clock with the Cluster's time servers and those DHCP named
+	// (DHCPTimeServers), every ClockEvery (zero: 15 minutes); nil leaves the clock alone, as
+	// where the agent does not own the host's clock. Init sets it at boot.
+	Clock           *clock.Clock
+	ClockEvery      time.Duration
+	DHCPTimeServers func() []string
 	// LastWords bounds how long the agent waits for what it says before going down (its
 	// status and Events, before a reboot or when stopped) to reach the API server; what has
 	// not by then is kept and said after the next start. Zero means 15 seconds.
@@ -120,6 +127,9 @@ type Agent struct {
 	rebooting bool
 	// lastFailureKey names the failures last reported, so each new set gets one Event.
 	lastFailureKey string
+	// clock is the clock's keeping (clock.go), shared with keepClock.
+	clockMu sync.Mutex
+	clock   clockKeeper
 }
 
 const (
@@ -244,6 +254,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	// The pass under way when the agent is asked to stop finishes (its status write too),
 	// within LastWords: see stop.
+	if a.cfg.Clock != nil {
+		go a.keepClock(ctx)
+	}
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	workerDone := make(chan struct{})

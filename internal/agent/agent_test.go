@@ -23,6 +23,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/coordinator"
+	"liken.dev/liken/internal/host/clock"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
@@ -69,6 +70,8 @@ type sim struct {
 	lastWords time.Duration
 	// coordinator makes the agent run the reboot coordinator, as a server's agent does.
 	coordinator bool
+	// clock, when set, is the clock the agent keeps, every 200 ms.
+	clock *clock.Clock
 	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
 	// reporting the boot before, as a kubelet that has not started yet leaves it.
 	kubeletLate bool
@@ -181,7 +184,7 @@ func (s *sim) start(t testing.TB) {
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
 		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,
-		Coordinator: s.coordinatorConfig(),
+		Coordinator: s.coordinatorConfig(), Clock: s.clock, ClockEvery: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -93,6 +93,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	}
 
 	a.applySysctls(desired, out)
+	a.applyTimeServers(desired)
 	if node != nil {
 		out.nodeReady = kube.NodeReady(node)
 		if bi := a.bootInfo; bi != nil && bi.BootID != "" && node.Status.NodeInfo.BootID != bi.BootID {

@@ -22,6 +22,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	if a.cfg.Hardware != nil {
 		s.Hardware = a.cfg.Hardware.DeepCopy()
 	}
+	s.Clock = a.clockStatus()
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
 	s.PendingCount = int32(len(s.Pending))
 	s.PendingHash = change.PendingHash(s.Pending)

@@ -104,6 +104,7 @@ func systemStage(log io.Writer) (*system, error) {
 		{"finding this machine's manifest", s.pickMachine},
 		{"loading the machine's kernel modules", s.machineModules},
 		{"configuring the network", s.network},
+		{"setting the clock", s.setClock},
 		{"preparing k3s", s.prepareK3s},
 		{"checking the host for k3s", s.preflight},
 	} {
@@ -409,7 +410,7 @@ func (s *system) run() error {
 		Env:    k3sEnv(s.cmd, s.machine.Spec.Role),
 		Stdout: console, Stderr: console}, nil)
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
-		"--state-dir", likenState, "--join", s.join}
+		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery(s.cmd).String()}
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
 		// Servers take part in the election, and make the Cluster and Machines from the
 		// layer where they are absent.

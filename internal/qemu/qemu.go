@@ -48,6 +48,9 @@ type Machine struct {
 	// same Private address share and nothing else reaches: a QEMU multicast socket on the
 	// host's loopback ("230.0.0.1:PORT"). Machines talk to each other there as on a switch.
 	Private, PrivateMAC string
+	// RTCBase, when set, is where the emulated hardware clock starts (QEMU -rtc base=, such
+	// as "2001-01-01T00:00:00"); by default it starts at the host's time in UTC.
+	RTCBase string
 }
 
 // Disk is a disk image.
@@ -77,6 +80,9 @@ func (m Machine) Args() ([]string, error) {
 	}
 	if m.Icount != "" {
 		args = append(args, "-icount", m.Icount)
+	}
+	if m.RTCBase != "" {
+		args = append(args, "-rtc", "base="+m.RTCBase)
 	}
 	if !m.AllowReboot {
 		args = append(args, "-no-reboot")

@@ -56,10 +56,22 @@ type BootReport struct {
 	Modules []string `json:"modules,omitempty"`
 	// Cmdline is the kernel command line in effect.
 	Cmdline string `json:"cmdline,omitempty"`
+	// Clock is how init set the clock at this boot, before k3s started.
+	Clock *ClockSet `json:"clock,omitempty"`
 	// PreflightDone says init has made the host check it makes once k3s runs (iptables
 	// through k3s's PATH); PreflightFailed says how it failed, if it did.
 	PreflightDone   bool   `json:"preflightDone,omitempty"`
 	PreflightFailed string `json:"preflightFailed,omitempty"`
+}
+
+// ClockSet is one setting of the clock from a time server; a nil one in a report says no
+// server answered and the clock ran as the hardware clock started it.
+type ClockSet struct {
+	Server string        `json:"server"`
+	Offset time.Duration `json:"offset"`
+	At     time.Time     `json:"at"`
+	// Took is how long setting it took, the waiting for a server included.
+	Took time.Duration `json:"took"`
 }
 
 // Boot stages and ends init records.

@@ -61,6 +61,8 @@ var invalidCases = []invalidCase{
 	{"sysctl key with spaces", "cluster", setTo("spec.sysctls", map[string]any{"net.ipv4.ip forward": "1"}), "sysctl names must be dotted kernel parameter names"},
 	{"sysctl empty value", "cluster", setTo("spec.sysctls", map[string]any{"vm.swappiness": ""}), "sysctl values must be non-empty single lines"},
 	{"second cluster name", "cluster", func(t *testing.T, u *unstructured.Unstructured) { u.SetName("production") }, "a liken cluster has exactly one Cluster and it must be named 'liken'"},
+	{"time server as a URL", "cluster", setTo("spec.timeServers", []string{"ntp://time.example.com"}), "timeServers must be host names or addresses, each with an optional :port"},
+	{"time server with a space", "cluster", setTo("spec.timeServers", []string{"time.example.com 123"}), "timeServers must be host names or addresses"},
 	{"channel scheme", "cluster", setTo("spec.channel", "ftp://releases.example.com"), "channel must be an http://, https:// or file:// URL"},
 	{"kernel arg with space", "cluster", setTo("spec.kernelArgs", []string{"console=ttyS0 quiet"}), "must be one kernel argument without spaces or quotes"},
 	{"kernel arg of liken's own", "cluster", setTo("spec.kernelArgs", []string{"liken.trial.deadline=99999"}), "liken.* kernel arguments are liken's own"},
@@ -261,4 +263,17 @@ func createFresh(t *testing.T, c interface {
 		t.Fatalf("creating %s: %v", o.GetName(), err)
 	}
 	return stored
+}
+
+// TestTimeServersAccepted: the forms of an NTP server the field documents are accepted, by
+// the API server and the offline validator.
+func TestTimeServersAccepted(t *testing.T) {
+	c := dyn(t)
+	v := validator(t)
+	obj := examples(t)["cluster"].DeepCopy()
+	set(t, obj, []string{"time.example.com", "192.0.2.1", "10.0.2.2:12345", "[2001:db8::1]:123", "ntp1"}, "spec.timeServers")
+	if errs := v.Create(obj.DeepCopy()); len(errs) > 0 {
+		t.Errorf("offline validator refuses: %v", errs.ToAggregate())
+	}
+	createFresh(t, c, obj, obj.GetName())
 }

@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,10 +53,19 @@ func installed(t *testing.T, kernelArgs, machine string) (diskPath string) {
 
 func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath string) {
 	t.Helper()
+	return installedEdited(t, kernelArgs, machine, role, nil)
+}
+
+// installedEdited is installedRole with the example documents changed by edit first.
+func installedEdited(t *testing.T, kernelArgs, machine, role string, edit func([]manifest.Document)) (diskPath string) {
+	t.Helper()
 	channel, pin := publishedRelease(t)
 	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(docs)
 	}
 	if machine == "" {
 		// A disk found by hardware at boot is installed from a layer holding one machine of
@@ -165,11 +173,17 @@ func bootUEFI(t *testing.T, diskPath string, allowReboot bool, nics ...string) *
 // bootUEFIAt is bootUEFI at a given speed (the zero Speed: the tier's default).
 func bootUEFIAt(t *testing.T, speed Speed, diskPath string, allowReboot bool, nics ...string) *VM {
 	t.Helper()
-	var log io.Writer
+	return bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot, NICs: nics, Speed: speed})
+}
+
+// bootWith boots a machine for a test: its console is logged if the test fails, and it is
+// stopped when the test ends.
+func bootWith(t *testing.T, opts Options) *VM {
+	t.Helper()
 	if os.Getenv("LIKEN_VM_CONSOLE") != "" {
-		log = os.Stderr // watch the machine while debugging a test
+		opts.Log = os.Stderr // watch the machine while debugging a test
 	}
-	v, err := Boot(Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot, NICs: nics, Log: log, Speed: speed})
+	v, err := Boot(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

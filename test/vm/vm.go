@@ -51,6 +51,8 @@ type Options struct {
 	// Speed is how fast the emulated machine runs; the zero value is the tier's default
 	// (DefaultSpeed).
 	Speed Speed
+	// RTCBase, when set, is where the hardware clock starts ("2001-01-01T00:00:00").
+	RTCBase string
 }
 
 // Speed is how fast an emulated machine runs, relative to the host and to the test's own
@@ -122,7 +124,7 @@ func Boot(opts Options) (*VM, error) {
 	}
 	args, err := qemu.Machine{UEFI: opts.UEFI, VarsDir: opts.VarsDir, Kernel: opts.Kernel, Initrd: opts.Initrd, Append: opts.Append,
 		Disks: opts.Disks, MemoryMiB: opts.MemoryMiB, CPUs: opts.Speed.CPUs, Icount: opts.Speed.Icount, AllowReboot: opts.AllowReboot,
-		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC}.Args()
+		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC, RTCBase: opts.RTCBase}.Args()
 	if err != nil {
 		return nil, err
 	}

@@ -15,9 +15,11 @@ import (
 
 // Lease is what a DHCPv4 server granted.
 type Lease struct {
-	Address  net.IPNet
-	Router   net.IP
-	DNS      []net.IP
+	Address net.IPNet
+	Router  net.IP
+	DNS     []net.IP
+	// NTP are the time servers the lease names (option 42).
+	NTP      []net.IP
 	Search   []string
 	Server   net.IP
 	Duration time.Duration
@@ -38,6 +40,7 @@ const (
 	optHostname      = 12
 	optDomainName    = 15
 	optMTU           = 26
+	optNTPServers    = 42
 	optRequestedIP   = 50
 	optLeaseTime     = 51
 	optMessageType   = 53
@@ -139,6 +142,9 @@ func (m *message) lease() (*Lease, error) {
 	for d := m.options[optDNS]; len(d) >= 4; d = d[4:] {
 		l.DNS = append(l.DNS, net.IP(d[:4]))
 	}
+	for n := m.options[optNTPServers]; len(n) >= 4; n = n[4:] {
+		l.NTP = append(l.NTP, net.IP(n[:4]))
+	}
 	if s := m.options[optServerID]; len(s) == 4 {
 		l.Server = net.IP(s)
 	}
@@ -228,7 +234,7 @@ func (c *Client) Renew(ctx context.Context, l *Lease) (*Lease, error) {
 func (c *Client) request(kind byte, xid uint32, ip net.IP, server []byte) *message {
 	m := &message{op: 1, xid: xid, flags: 0x8000, chaddr: c.MAC, options: map[byte][]byte{
 		optMessageType:   {kind},
-		optParameterList: {optSubnetMask, optRouter, optDNS, optDomainName, optMTU, optLeaseTime, optServerID},
+		optParameterList: {optSubnetMask, optRouter, optDNS, optDomainName, optMTU, optNTPServers, optLeaseTime, optServerID},
 	}}
 	if c.Hostname != "" {
 		m.options[optHostname] = []byte(c.Hostname)

@@ -80,7 +80,7 @@ func fakeDHCPServer(t *testing.T, dev string) (stop func()) {
 			ans := &message{op: 2, xid: req.xid, flags: req.flags, yiaddr: net.IPv4(192, 0, 2, 10), chaddr: req.chaddr, options: map[byte][]byte{
 				optMessageType: {kind}, optSubnetMask: {255, 255, 255, 0}, optRouter: {192, 0, 2, 1},
 				optDNS: {192, 0, 2, 53, 192, 0, 2, 54}, optServerID: {192, 0, 2, 1}, optLeaseTime: lease,
-				optDomainName: []byte("example.test"),
+				optDomainName: []byte("example.test"), optNTPServers: {192, 0, 2, 123, 192, 0, 2, 124},
 			}}
 			conn.WriteTo(ans.encode(), &net.UDPAddr{IP: net.IPv4bcast, Port: 68})
 		}
@@ -93,6 +93,7 @@ func fakeDHCPServer(t *testing.T, dev string) (stop func()) {
 // address, default route and resolvers. Needs root, as liken's init has.
 func TestDHCPLeaseInNetworkNamespace(t *testing.T) {
 	ResolvConf = filepath.Join(t.TempDir(), "resolv.conf")
+	TimeServersFile = filepath.Join(t.TempDir(), "dhcp-time-servers")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -142,6 +143,9 @@ func TestDHCPLeaseInNetworkNamespace(t *testing.T) {
 		b, _ := os.ReadFile(ResolvConf)
 		if string(b) != "nameserver 192.0.2.53\nnameserver 192.0.2.54\nsearch example.test\n" {
 			t.Errorf("resolv.conf:\n%s", b)
+		}
+		if b, _ := os.ReadFile(TimeServersFile); string(b) != "192.0.2.123\n192.0.2.124\n" {
+			t.Errorf("time servers from the lease (option 42):\n%s", b)
 		}
 		if !strings.Contains(log.String(), "DHCP lease 192.0.2.10/24 from 192.0.2.1 for 1h0m0s") {
 			t.Errorf("log: %s", log.String())

@@ -22,6 +22,10 @@ import (
 // ResolvConf is where resolvers are written; the root image's /etc/resolv.conf points here.
 var ResolvConf = "/run/liken/resolv.conf"
 
+// TimeServersFile is where Apply writes the NTP servers the DHCP leases name, one per line,
+// for init's clock (internal/initd).
+var TimeServersFile = "/run/liken/dhcp-time-servers"
+
 // Apply configures the interfaces and routes in spec and writes the resolvers. It returns
 // what it could not do, item by item, and configures the rest. DHCP leases are renewed until
 // ctx ends; log hears about renewals.
@@ -80,6 +84,15 @@ func Apply(ctx context.Context, spec *v1alpha1.MachineNetwork, hostname string, 
 		}
 	}
 	if err := os.WriteFile(ResolvConf, []byte(b.String()), 0o644); err != nil {
+		errs = append(errs, err)
+	}
+	var ntp strings.Builder
+	for _, l := range leases {
+		for _, n := range l.NTP {
+			ntp.WriteString(n.String() + "\n")
+		}
+	}
+	if err := os.WriteFile(TimeServersFile, []byte(ntp.String()), 0o644); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
