@@ -28,8 +28,9 @@ const (
 // PID 1 itself), a machine ID that lasts (cAdvisor reports it), /etc/hosts, and the
 // directories the runtime and CNI use.
 func (s *system) hostFiles() error {
+	// One the kernel cannot enable is only logged: the preflight fails on those k3s needs.
 	if err := enableControllers("/sys/fs/cgroup"); err != nil {
-		return err
+		fmt.Fprintf(s.log, "liken-init: warning: %v\n", err)
 	}
 	id, made, err := machineID(machineIDFile)
 	if err != nil {
