@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -295,7 +297,7 @@ only; the release document, 'release pin' and the Node's labels say so.`,
 				cache = defaultCache()
 			}
 			if !cmd.Flags().Changed("epoch") {
-				epoch = envEpoch()
+				epoch = defaultEpoch(src)
 			}
 			start := time.Now()
 			digest, doc, err := release.Build(release.BuildOptions{
@@ -328,7 +330,7 @@ only; the release document, 'release pin' and the Node's labels say so.`,
 	f.BoolVar(&standIn, "k3s-stand-in", false, "put liken's k3s stand-in in the release instead of k3s (tests only; the release says so)")
 	f.BoolVar(&testSwitches, "test-switches", false, "build init with the liken.test.* fault switches the VM tests use (the release says test: true; never for a fleet)")
 	f.StringVar(&src, "source", ".", "the liken source tree")
-	f.Int64Var(&epoch, "epoch", 0, "timestamp of every file, in seconds since 1970 (default: SOURCE_DATE_EPOCH, else 0)")
+	f.Int64Var(&epoch, "epoch", 0, "timestamp of every file and the release's build time, in seconds since 1970; machines never start k3s with a clock earlier than it (default: SOURCE_DATE_EPOCH, else the source's last commit)")
 	o.add(cmd)
 	return cmd
 }
@@ -340,7 +342,16 @@ func defaultCache() string {
 	return filepath.Join(os.TempDir(), "liken-kernel-cache")
 }
 
-func envEpoch() int64 {
-	n, _ := strconv.ParseInt(os.Getenv("SOURCE_DATE_EPOCH"), 10, 64)
+// defaultEpoch is SOURCE_DATE_EPOCH, else the time of the source's last commit: the same for
+// every build of one commit, and a floor machines check their clock against.
+func defaultEpoch(src string) int64 {
+	if n, err := strconv.ParseInt(os.Getenv("SOURCE_DATE_EPOCH"), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	out, err := exec.Command("git", "-C", src, "log", "-1", "--format=%ct").Output()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	return n
 }
