@@ -65,7 +65,7 @@ func (s *system) injectTrialFault() {
 		// Freeze every other process and stop feeding the watchdog: only the watchdog can
 		// end this boot.
 		unix.Kill(-1, unix.SIGSTOP)
-		watchdogFed.Store(false)
+		s.watchdog.Starve()
 		select {}
 	default:
 		fmt.Fprintf(s.log, "liken-init: unknown test fault %q ignored\n", f)

@@ -28,6 +28,9 @@ const (
 	containerStopTimeout = 30 * time.Second
 	// shutdownGrace is how long the processes left after k3s get between SIGTERM and SIGKILL.
 	shutdownGrace = 10 * time.Second
+	// shutdownBudget bounds a shutdown: the agent's last words (15 s), the containers'
+	// grace, the processes', and the unmounts, with room to spare.
+	shutdownBudget = 2 * time.Minute
 )
 
 // shutdown stops everything in order and leaves the state partition clean: the agent (on a
@@ -36,6 +39,9 @@ const (
 // the boot log whether it was clean.
 func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s func(), k3sDone <-chan struct{}) {
 	start := time.Now()
+	// A shutdown that hangs (a mount that never lets go) must not hang the machine: the
+	// watchdog is pinged only until the longest a shutdown takes, then resets it.
+	s.watchdog.PingUntil(start.Add(shutdownBudget))
 	reaperPaused.Store(true) // its commands are waited for here; endProcesses reaps the rest
 	fmt.Fprintln(s.log, "liken-init: shutting down: the agent, the containers, k3s, then every process left")
 	stopAgent()

@@ -26,6 +26,7 @@ import (
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/network"
+	"liken.dev/liken/internal/host/watchdog"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/layer"
@@ -57,9 +58,9 @@ type system struct {
 	stateFS string
 	// report is what this boot applied of the boot-time settings (the agent reads it).
 	report state.BootReport
-	// stopWatchdog disarms the watchdog init armed as it started; watchdogReset says the
-	// watchdog reset the machine before this boot.
-	stopWatchdog  func()
+	// watchdog is the hardware watchdog init armed as it started (nil without one);
+	// watchdogReset says it reset the machine before this boot.
+	watchdog      *watchdog.Dog
 	watchdogReset bool
 }
 
@@ -90,7 +91,7 @@ func systemStage(log io.Writer) (*system, error) {
 	}
 	// Armed before anything that could hang: on a trial the initramfs armed it already and
 	// handed it over, and its timeout runs until init pings it.
-	s.stopWatchdog, s.watchdogReset = s.watchdog()
+	s.armWatchdog()
 	go reap()
 	for _, step := range []struct {
 		name string
@@ -500,7 +501,7 @@ func (s *system) run() error {
 	})
 	s.shutdown(stopAgent, agentDone, stopK3s, k3sDone)
 	cancel()
-	s.stopWatchdog()
+	s.watchdog.Disarm()
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
 	return unix.Reboot(action)
 }

@@ -8,15 +8,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// watchdogFed is cleared only by the hang test fault.
-var watchdogFed = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
+	"liken.dev/liken/internal/host/watchdog"
+	"liken.dev/liken/internal/initramfs"
+)
 
 // trialDeadline is how long a trial boot may take to be found healthy
 // (liken.trial.deadline=SECONDS; default 10 minutes).
@@ -27,55 +25,22 @@ func (s *system) trialDeadline() time.Duration {
 	return 10 * time.Minute
 }
 
-// Watchdog ioctls and flags (linux/watchdog.h).
-const (
-	wdiocGetBootStatus = 0x80045702
-	wdiocKeepalive     = 0x80045705
-	wdiocSetTimeout    = 0xC0045706
-	wdiofCardReset     = 0x0020 // the watchdog reset the machine before this boot
-)
-
-// watchdog arms the hardware watchdog, when the machine has one, and pings it while init
+// armWatchdog arms the hardware watchdog, when the machine has one, and pings it while init
 // runs: a kernel or init that hangs stops the pings and the machine resets, which during a
-// trial ends on the last good slot. stop disarms it for a clean shutdown; reset says the
-// watchdog reset the machine before this boot, when the device can tell.
-func (s *system) watchdog() (stop func(), reset bool) {
-	f, err := os.OpenFile("/dev/watchdog", os.O_WRONLY, 0)
+// trial ends on the last good slot. On a trial the initramfs armed it already and handed it
+// over; opening it again keeps it armed.
+func (s *system) armWatchdog() {
+	d, err := watchdog.Arm(watchdog.Device, initramfs.WatchdogTimeout(s.cmd))
 	if err != nil {
 		fmt.Fprintf(s.log, "liken-init: no watchdog (%v): a hang will not reset this machine\n", err)
-		return func() {}, false
+		return
 	}
-	var status int32
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocGetBootStatus, uintptr(unsafe.Pointer(&status))); e == 0 {
-		reset = status&wdiofCardReset != 0
+	s.watchdog, s.watchdogReset = d, d.Reset
+	note := ""
+	if d.Note != "" {
+		note = " (" + d.Note + ")"
 	}
-	timeout := 60
-	if n, err := strconv.Atoi(s.cmd["liken.watchdog"]); err == nil && n > 0 {
-		timeout = n
-	}
-	t := int32(timeout)
-	unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocSetTimeout, uintptr(unsafe.Pointer(&t)))
-	fmt.Fprintf(s.log, "liken-init: watchdog armed, %d s\n", t)
-	done := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(time.Duration(t) * time.Second / 4)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				if watchdogFed.Load() {
-					unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocKeepalive, 0)
-				}
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		f.Write([]byte("V")) // the magic close: disarm
-		f.Close()
-	}, reset
+	fmt.Fprintf(s.log, "liken-init: watchdog armed, %s%s\n", d.Timeout, note)
 }
 
 // readPstore returns the kernel log a panic left in the firmware's store (efi_pstore) and

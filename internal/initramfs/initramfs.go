@@ -124,7 +124,7 @@ func initramfsStage(log io.Writer) error {
 		return fmt.Errorf("mounting the root image from %s: %w", loop, err)
 	}
 	fmt.Fprintf(log, "liken-init: mounted root image from slot %s (%s) read-only at %s\n", dev, root, Uptime())
-	wd.handOver()
+	wd.HandOver()
 	return switchRoot(newRoot, "/sbin/init")
 }
 

@@ -1,0 +1,141 @@
+// Package watchdog drives the hardware watchdog (/dev/watchdog): armed, it resets the
+// machine unless pinged within its timeout. The initramfs arms it on a trial boot and hands
+// it to init still armed; init pings it while the system runs, and until a deadline through
+// its shutdown, so a hang anywhere, a shutdown's included, ends in a reset.
+package watchdog
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ioctls and flags (linux/watchdog.h).
+const (
+	wdiocGetBootStatus = 0x80045702
+	wdiocKeepalive     = 0x80045705
+	wdiocSetTimeout    = 0xC0045706
+	wdiocGetTimeout    = 0x80045707
+	wdiofCardReset     = 0x0020
+)
+
+// Device is the watchdog's device.
+const Device = "/dev/watchdog"
+
+// Dog is an armed watchdog and the goroutine pinging it.
+type Dog struct {
+	f *os.File
+	// Timeout is the timeout the driver took, which may differ from the one asked for.
+	Timeout time.Duration
+	// Reset says the watchdog reset the machine before this boot, when the device can tell.
+	Reset bool
+	// Note says what differed from the request (a timeout the driver would not take).
+	Note string
+
+	fed   atomic.Bool
+	until atomic.Int64 // pings stop after this (UnixNano); 0: no deadline
+	done  chan struct{}
+	once  sync.Once
+}
+
+// Arm opens the watchdog, which arms it, asks for a timeout of want, and pings it at a
+// quarter of the timeout the driver reports. Opening it again after a hand-over keeps it
+// armed without a gap.
+func Arm(path string, want time.Duration) (*Dog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dog{f: f, done: make(chan struct{})}
+	var status int32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocGetBootStatus, uintptr(unsafe.Pointer(&status))); e == 0 {
+		d.Reset = status&wdiofCardReset != 0
+	}
+	t := int32(want / time.Second)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocSetTimeout, uintptr(unsafe.Pointer(&t))); e != 0 {
+		d.Note = fmt.Sprintf("the driver refused a %s timeout (%v)", want, e)
+	}
+	var got int32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocGetTimeout, uintptr(unsafe.Pointer(&got))); e == 0 && got > 0 {
+		d.Timeout = time.Duration(got) * time.Second
+	}
+	d.fed.Store(true)
+	go d.ping(interval(d.Timeout))
+	return d, nil
+}
+
+// interval pings four times per timeout; an unknown timeout is pinged every second, which
+// no driver's timeout is shorter than.
+func interval(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return time.Second
+	}
+	return timeout / 4
+}
+
+func (d *Dog) ping(every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-tick.C:
+			if d.feeding(time.Now()) {
+				unix.Syscall(unix.SYS_IOCTL, d.f.Fd(), wdiocKeepalive, 0)
+			}
+		}
+	}
+}
+
+// feeding says whether a ping is due at now: not once starved, nor past the deadline.
+func (d *Dog) feeding(now time.Time) bool {
+	u := d.until.Load()
+	return d.fed.Load() && (u == 0 || now.UnixNano() < u)
+}
+
+// Starve stops the pings for good: only the watchdog can end this boot (the hang test
+// faults).
+func (d *Dog) Starve() {
+	if d != nil {
+		d.fed.Store(false)
+	}
+}
+
+// PingUntil keeps pinging only until deadline: what hangs past it (a shutdown that never
+// ends) is reset by the watchdog one timeout later.
+func (d *Dog) PingUntil(deadline time.Time) {
+	if d != nil {
+		d.until.Store(deadline.UnixNano())
+	}
+}
+
+// HandOver pings once more and closes the device without the magic character, so the
+// watchdog stays armed ("watchdog did not stop!") until the next program opens it.
+func (d *Dog) HandOver() {
+	if d == nil {
+		return
+	}
+	d.once.Do(func() {
+		close(d.done)
+		unix.Syscall(unix.SYS_IOCTL, d.f.Fd(), wdiocKeepalive, 0)
+		d.f.Close()
+	})
+}
+
+// Disarm stops the pings and closes the device with the magic character, which disarms it.
+func (d *Dog) Disarm() {
+	if d == nil {
+		return
+	}
+	d.once.Do(func() {
+		close(d.done)
+		d.f.Write([]byte("V"))
+		d.f.Close()
+	})
+}
