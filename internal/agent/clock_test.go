@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/host/clock"
+	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/supervisor"
 )
 
 // TestAgentKeepsTheClock: the agent sets the clock from the Cluster's time servers as it
@@ -58,5 +61,45 @@ func TestAgentKeepsTheClock(t *testing.T) {
 		if d.Abs() > clock.SlewLimit {
 			t.Errorf("slewed %s, past the limit", d)
 		}
+	}
+}
+
+// TestClockStatusFromBoot: status.clock says how init set the clock at this boot (or that
+// no server answered), until the agent sets it itself.
+func TestClockStatusFromBoot(t *testing.T) {
+	at := time.Date(2026, 12, 1, 16, 17, 48, 300, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		report *state.ClockSet
+		keep   *state.ClockSet
+		want   *v1alpha1.ClockStatus
+	}{
+		{"no report", nil, nil, nil},
+		{"set at boot", &state.ClockSet{Server: "10.0.2.2:123", Offset: 227176*time.Hour + 1500*time.Millisecond, At: at, Took: 24 * time.Second},
+			nil, &v1alpha1.ClockStatus{Source: "10.0.2.2:123", Offset: "+227176h0m1.5s",
+				AtBoot: "set from 10.0.2.2:123 before k3s started: moved +227176h0m1.5s (took 24s)"}},
+		{"no server at boot", &state.ClockSet{At: at}, nil, &v1alpha1.ClockStatus{Source: "rtc",
+			AtBoot: "no time server answered at boot: the clock ran as the hardware clock started it"}},
+		{"kept since", &state.ClockSet{At: at}, &state.ClockSet{Server: "b", Offset: -20 * time.Millisecond, At: at.Add(time.Hour)},
+			&v1alpha1.ClockStatus{Source: "b", Offset: "-20ms",
+				AtBoot: "no time server answered at boot: the clock ran as the hardware clock started it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Agent{}
+			if tc.report != nil {
+				a.bootInfo = &supervisor.BootInfo{Report: &state.BootReport{Clock: tc.report}}
+			}
+			a.clock.last = tc.keep
+			got := a.clockStatus()
+			if got != nil {
+				got.LastSync = nil // checked below
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("status.clock (-want +got):\n%s", diff)
+			}
+			if s := a.clockStatus(); s != nil && s.Source != "rtc" && s.LastSync == nil {
+				t.Errorf("no lastSync for a set clock")
+			}
+		})
 	}
 }
