@@ -215,11 +215,21 @@ func sourceVersion(dir string) string {
 
 // buildInitramfs makes the initramfs: init, the boot modules and their list, /dev/console.
 func buildInitramfs(k *Kernel, initBin, version string) ([]byte, error) {
-	files, err := k.Resolve(BootModules...)
+	initData, err := os.ReadFile(initBin)
 	if err != nil {
 		return nil, err
 	}
-	initData, err := os.ReadFile(initBin)
+	return Initramfs(k, initData, BootModules, map[string][]byte{
+		"etc/liken/version":        []byte(version + "\n"),
+		"etc/liken/kernel-release": []byte(k.Version + "\n"),
+	})
+}
+
+// Initramfs packs an initramfs (gzip'd newc cpio) for kernel k: init, the modules named and
+// those they need, with their list in load order at etc/liken/boot-modules (what
+// initramfs.LoadModules reads), /dev/console, and the extra files.
+func Initramfs(k *Kernel, initData []byte, modules []string, extra map[string][]byte) ([]byte, error) {
+	files, err := k.Resolve(modules...)
 	if err != nil {
 		return nil, err
 	}
@@ -229,10 +239,11 @@ func buildInitramfs(k *Kernel, initBin, version string) ([]byte, error) {
 		data []byte
 	}
 	entries := map[string]file{
-		"init":                     {cpio.ModeRegular | 0o755, initData},
-		"etc/liken/boot-modules":   {cpio.ModeRegular | 0o644, []byte(strings.Join(files, "\n") + "\n")},
-		"etc/liken/version":        {cpio.ModeRegular | 0o644, []byte(version + "\n")},
-		"etc/liken/kernel-release": {cpio.ModeRegular | 0o644, []byte(k.Version + "\n")},
+		"init":                   {cpio.ModeRegular | 0o755, initData},
+		"etc/liken/boot-modules": {cpio.ModeRegular | 0o644, []byte(strings.Join(files, "\n") + "\n")},
+	}
+	for name, data := range extra {
+		entries[name] = file{cpio.ModeRegular | 0o644, data}
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(k.ModulesDir(), f))

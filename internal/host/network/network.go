@@ -1,7 +1,8 @@
 // Package network configures a machine's network at boot from its Machine's spec.network:
-// interfaces found by name or MAC (and given the spec's name), MTU, static addresses or a
-// DHCPv4 lease (renewed while the machine runs), routes and resolvers. Bonds and VLANs are
-// reported as not configured yet rather than silently skipped.
+// ports found by MAC (else name) and given the spec's name, bonds of ports, 802.1Q VLANs on
+// a port or a bond, MTU, static addresses or a DHCPv4 lease (renewed while the machine
+// runs), routes, resolvers, and the time servers DHCP names. Links are made through
+// netlink (github.com/vishvananda/netlink); the DHCP client is liken's own (dhcp.go).
 package network
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -38,7 +40,7 @@ func Apply(ctx context.Context, spec *v1alpha1.MachineNetwork, hostname string, 
 		return []error{errors.New("the Machine has no spec.network: no interface configured")}
 	}
 	var leases []*Lease
-	for _, i := range spec.Interfaces {
+	for _, i := range ordered(spec.Interfaces) {
 		l, err := configure(ctx, i, hostname, log)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("interface %s: %w", i.Name, err))
@@ -98,9 +100,31 @@ func Apply(ctx context.Context, spec *v1alpha1.MachineNetwork, hostname string, 
 	return errs
 }
 
-func configure(ctx context.Context, i v1alpha1.Interface, hostname string, log io.Writer) (*Lease, error) {
-	if i.Bond != nil || i.VLAN != nil {
-		return nil, errors.New("bonds and VLANs are not configured at boot yet")
+// ordered puts the ports first, then the bonds of them, then the VLANs (on a port or a bond),
+// so each interface's links exist, named, when it is made.
+func ordered(ifaces []v1alpha1.Interface) []v1alpha1.Interface {
+	rank := func(i v1alpha1.Interface) int {
+		switch {
+		case i.Bond != nil:
+			return 1
+		case i.VLAN != nil:
+			return 2
+		}
+		return 0
+	}
+	out := append([]v1alpha1.Interface(nil), ifaces...)
+	sort.SliceStable(out, func(a, b int) bool { return rank(out[a]) < rank(out[b]) })
+	return out
+}
+
+// linkFor finds or makes the interface's link: a port found by MAC (else name) and named, a
+// bond of ports, or a VLAN on a link.
+func linkFor(i v1alpha1.Interface) (netlink.Link, error) {
+	switch {
+	case i.Bond != nil:
+		return bond(i)
+	case i.VLAN != nil:
+		return vlan(i)
 	}
 	link, err := find(i)
 	if err != nil {
@@ -111,6 +135,85 @@ func configure(ctx context.Context, i v1alpha1.Interface, hostname string, log i
 		if err := netlink.LinkSetName(link, string(i.Name)); err != nil {
 			return nil, fmt.Errorf("renaming %s: %w", link.Attrs().Name, err)
 		}
+	}
+	return link, nil
+}
+
+// bond makes the bond (or takes the one a boot before made) and enslaves its members, which
+// take its MTU. miimon checks the members' carrier every 100 ms, so active-backup fails
+// over when a cable is pulled.
+func bond(i v1alpha1.Interface) (netlink.Link, error) {
+	var b *netlink.Bond
+	if l, err := netlink.LinkByName(string(i.Name)); err == nil {
+		existing, ok := l.(*netlink.Bond)
+		if !ok {
+			return nil, fmt.Errorf("%s exists and is not a bond (%s)", i.Name, l.Type())
+		}
+		b = existing
+	} else {
+		b = netlink.NewLinkBond(netlink.LinkAttrs{Name: string(i.Name)})
+		b.Mode = netlink.StringToBondMode(string(i.Bond.Mode))
+		b.Miimon = 100
+		if i.MTU > 0 {
+			b.MTU = int(i.MTU)
+		}
+		if err := netlink.LinkAdd(b); err != nil {
+			return nil, fmt.Errorf("making bond %s (%s): %w", i.Name, i.Bond.Mode, err)
+		}
+		l, err := netlink.LinkByName(string(i.Name))
+		if err != nil {
+			return nil, err
+		}
+		b = l.(*netlink.Bond)
+	}
+	for _, name := range i.Bond.Interfaces {
+		m, err := netlink.LinkByName(string(name))
+		if err != nil {
+			return nil, fmt.Errorf("bond member %s: %w", name, err)
+		}
+		if m.Attrs().MasterIndex == b.Attrs().Index {
+			continue
+		}
+		// A port is enslaved down, and keeps no address of its own.
+		netlink.LinkSetDown(m)
+		if err := netlink.LinkSetMaster(m, b); err != nil {
+			return nil, fmt.Errorf("adding %s to bond %s: %w", name, i.Name, err)
+		}
+		if err := netlink.LinkSetUp(m); err != nil {
+			return nil, fmt.Errorf("bringing bond member %s up: %w", name, err)
+		}
+	}
+	// Read again: the bond took its first member's MAC, which DHCP identifies it by.
+	return netlink.LinkByName(string(i.Name))
+}
+
+// vlan makes the 802.1Q VLAN on its link (or takes the one a boot before made).
+func vlan(i v1alpha1.Interface) (netlink.Link, error) {
+	parent, err := netlink.LinkByName(string(i.VLAN.Link))
+	if err != nil {
+		return nil, fmt.Errorf("the VLAN's link %s: %w", i.VLAN.Link, err)
+	}
+	if l, err := netlink.LinkByName(string(i.Name)); err == nil {
+		v, ok := l.(*netlink.Vlan)
+		if !ok || v.VlanId != int(i.VLAN.ID) || v.ParentIndex != parent.Attrs().Index {
+			return nil, fmt.Errorf("%s exists and is not VLAN %d on %s", i.Name, i.VLAN.ID, i.VLAN.Link)
+		}
+		return v, nil
+	}
+	v := &netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: string(i.Name), ParentIndex: parent.Attrs().Index}, VlanId: int(i.VLAN.ID)}
+	if err := netlink.LinkAdd(v); err != nil {
+		return nil, fmt.Errorf("making VLAN %d on %s: %w", i.VLAN.ID, i.VLAN.Link, err)
+	}
+	if err := netlink.LinkSetUp(parent); err != nil {
+		return nil, fmt.Errorf("bringing %s up: %w", i.VLAN.Link, err)
+	}
+	return netlink.LinkByName(string(i.Name))
+}
+
+func configure(ctx context.Context, i v1alpha1.Interface, hostname string, log io.Writer) (*Lease, error) {
+	link, err := linkFor(i)
+	if err != nil {
+		return nil, err
 	}
 	if i.MTU > 0 {
 		if err := netlink.LinkSetMTU(link, int(i.MTU)); err != nil {
