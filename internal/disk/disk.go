@@ -22,6 +22,8 @@ import (
 	"os/exec"
 	"strings"
 	"unicode/utf16"
+
+	"golang.org/x/sys/unix"
 )
 
 // Partition labels.
@@ -67,22 +69,53 @@ type Extent struct {
 	Index        int // 1-based partition number
 	Offset, Size int64
 	Label        string
+	// SectorSize is the disk's logical sector size: a file system in the partition needs
+	// sectors at least this large.
+	SectorSize int64
 }
 
-// Read reads the GPT of a disk (the primary header at LBA 1, 512-byte sectors) and returns
-// its partitions by label.
+// SectorSize is a disk's logical sector size: the device's own for a block device; for an
+// image file, the one its GPT was written for (its header is at LBA 1: byte 512 or 4096),
+// else 512.
+func SectorSize(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if fi.Mode()&os.ModeDevice != 0 {
+		n, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
+		if err != nil {
+			return 0, fmt.Errorf("reading the sector size of %s: %w", f.Name(), err)
+		}
+		return int64(n), nil
+	}
+	for _, size := range []int64{512, 4096} {
+		sig := make([]byte, 8)
+		if _, err := f.ReadAt(sig, size); err == nil && string(sig) == "EFI PART" {
+			return size, nil
+		}
+	}
+	return 512, nil
+}
+
+// Read reads the GPT of a disk (the primary header at LBA 1, in the disk's sectors) and
+// returns its partitions by label.
 func Read(path string) (map[string]Extent, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	sector, err := SectorSize(f)
+	if err != nil {
+		return nil, err
+	}
 	hdr := make([]byte, 512)
-	if _, err := f.ReadAt(hdr, 512); err != nil {
+	if _, err := f.ReadAt(hdr, sector); err != nil {
 		return nil, fmt.Errorf("reading the partition table of %s: %w", path, err)
 	}
 	if string(hdr[:8]) != "EFI PART" {
-		return nil, fmt.Errorf("%s has no GPT partition table", path)
+		return nil, fmt.Errorf("%s has no GPT partition table (looked at LBA 1 of %d-byte sectors)", path, sector)
 	}
 	entriesLBA := int64(binary.LittleEndian.Uint64(hdr[72:]))
 	n := int(binary.LittleEndian.Uint32(hdr[80:]))
@@ -91,7 +124,7 @@ func Read(path string) (map[string]Extent, error) {
 		return nil, fmt.Errorf("%s: implausible GPT (%d entries of %d bytes)", path, n, size)
 	}
 	buf := make([]byte, n*size)
-	if _, err := f.ReadAt(buf, entriesLBA*512); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := f.ReadAt(buf, entriesLBA*sector); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("reading the partition entries of %s: %w", path, err)
 	}
 	out := map[string]Extent{}
@@ -107,7 +140,7 @@ func Read(path string) (map[string]Extent, error) {
 			u[j] = binary.LittleEndian.Uint16(e[56+2*j:])
 		}
 		name := strings.TrimRight(string(utf16.Decode(u)), "\x00")
-		out[name] = Extent{Index: i + 1, Offset: first * 512, Size: (last - first + 1) * 512, Label: name}
+		out[name] = Extent{Index: i + 1, Offset: first * sector, Size: (last - first + 1) * sector, Label: name, SectorSize: sector}
 	}
 	return out, nil
 }

@@ -202,7 +202,9 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	}
 	st := parts[disk.State]
 	step("formatting the state partition (%d MiB)", st.Size>>20)
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", disk.State, "-E", fmt.Sprintf("offset=%d", st.Offset), o.Disk, fmt.Sprintf("%dk", st.Size>>10)).CombinedOutput()
+	// 4096-byte blocks: never smaller than a disk's sectors, which a small file system's
+	// default (1024) can be.
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", "-L", disk.State, "-E", fmt.Sprintf("offset=%d", st.Offset), o.Disk, fmt.Sprintf("%dk", st.Size>>10)).CombinedOutput()
 	if err != nil {
 		return res, fmt.Errorf("mkfs.ext4: %w: %s", err, out)
 	}
@@ -351,10 +353,23 @@ func lookUp(ctx context.Context, f *release.Fetcher, channel, pin string) (strin
 	return "", fmt.Errorf("the channel has no release with digest %s", pin)
 }
 
+// espFormat is mkfs.vfat's arguments for the ESP: sectors the disk's size (the firmware
+// reads the ESP through the disk's own sectors), FAT32 where the cluster count allows it,
+// else FAT16 (a 4096-byte-sector ESP under 256 MiB), as firmware types a FAT by its cluster
+// count.
+func espFormat(ext disk.Extent, img string) []string {
+	sector := max(ext.SectorSize, 512)
+	fat := "32"
+	if ext.Size/sector < 65525+1024 {
+		fat = "16"
+	}
+	return []string{"-F", fat, "-S", fmt.Sprint(sector), "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size >> 10)}
+}
+
 // writeESP makes the FAT ESP image with mtools and copies it into its partition.
 func writeESP(work, efi string, o Options, specArgs string, ext disk.Extent, slots bootloader.Slots) error {
 	img := filepath.Join(work, "esp.img")
-	if out, err := exec.Command("mkfs.vfat", "-F", "32", "-S", "512", "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size>>10)).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mkfs.vfat", espFormat(ext, img)...).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.vfat: %w: %s", err, out)
 	}
 	env1, env2, err := bootloader.EnvCopies(bootloader.Env{bootloader.EnvDefaultSlot: bootloader.SlotA, bootloader.EnvTrialSlot: "",

@@ -57,6 +57,9 @@ type Machine struct {
 type Disk struct {
 	Path     string
 	ReadOnly bool
+	// SectorSize, when set, is the disk's logical (and physical) sector size, such as 4096;
+	// by default 512.
+	SectorSize int
 }
 
 // Args are qemu-system-x86_64's arguments for m, the serial console on stdio. With UEFI, the
@@ -119,12 +122,18 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-netdev", "socket,id=private,mcast="+m.Private+",localaddr=127.0.0.1",
 			"-device", "virtio-net-pci,netdev=private,mac="+m.PrivateMAC)
 	}
-	for _, d := range m.Disks {
-		spec := "file=" + d.Path + ",format=raw,if=virtio"
+	for i, d := range m.Disks {
+		spec := "file=" + d.Path + ",format=raw"
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}
-		args = append(args, "-drive", spec)
+		if d.SectorSize == 0 {
+			args = append(args, "-drive", spec+",if=virtio")
+			continue
+		}
+		id := fmt.Sprintf("disk%d", i)
+		args = append(args, "-drive", spec+",if=none,id="+id,
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,logical_block_size=%d,physical_block_size=%d", id, d.SectorSize, d.SectorSize))
 	}
 	return args, nil
 }

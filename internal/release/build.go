@@ -470,7 +470,7 @@ const BootloaderImage = "bootx64.efi"
 
 var SlotFiles = []string{"vmlinuz", "initramfs.img", "rootfs.squashfs"}
 
-// buildSlot makes the FAT32 slot image holding SlotFiles, reproducibly (mkfs.vfat
+// buildSlot makes the FAT slot image holding SlotFiles, reproducibly (mkfs.vfat
 // --invariant; mtools takes file times from SOURCE_DATE_EPOCH).
 func buildSlot(out string, epoch time.Time) error {
 	var total int64
@@ -481,15 +481,24 @@ func buildSlot(out string, epoch time.Time) error {
 		}
 		total += st.Size()
 	}
-	// Room for FAT tables and cluster slack; FAT32 needs at least 33 MiB.
+	// Room for FAT tables and cluster slack.
 	mib := total>>20 + 8
 	if mib < 40 {
 		mib = 40
 	}
+	// 4096-byte FAT sectors: Linux mounts a FAT only with sectors at least as large as the
+	// disk's, and a slot image is written unchanged to disks of 512- and 4096-byte sectors.
+	// FAT16 while the image is small enough for it, by cluster count as every reader counts;
+	// FAT32 needs 65525 clusters, 256 MiB at one sector a cluster.
+	fat := []string{"-F", "16"}
+	if mib > 240 {
+		fat = []string{"-F", "32", "-s", "1"}
+		mib = max(mib, 260)
+	}
 	img := filepath.Join(out, SlotImage)
 	os.Remove(img)
 	env := append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
-	mkfs := exec.Command("mkfs.vfat", "-F", "32", "--invariant", "-n", "LIKEN-SLOT", "-C", img, fmt.Sprint(mib*1024))
+	mkfs := exec.Command("mkfs.vfat", append(append([]string{"-S", "4096"}, fat...), "--invariant", "-n", "LIKEN-SLOT", "-C", img, fmt.Sprint(mib*1024))...)
 	mkfs.Env = env
 	if b, err := mkfs.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.vfat: %w: %s", err, b)

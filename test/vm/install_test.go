@@ -59,6 +59,15 @@ func installedRole(t *testing.T, kernelArgs, machine, role string) (diskPath str
 // installedEdited is installedRole with the example documents changed by edit first.
 func installedEdited(t *testing.T, kernelArgs, machine, role string, edit func([]manifest.Document)) (diskPath string) {
 	t.Helper()
+	diskPath = filepath.Join(t.TempDir(), role+".img")
+	installTo(t, diskPath, testLayout.MinSizeMiB()+16, kernelArgs, machine, role, edit)
+	return diskPath
+}
+
+// installTo installs the test release and the examples' layer of role onto diskPath: an
+// image file made sizeMiB large, or, with sizeMiB 0, a block device.
+func installTo(t *testing.T, diskPath string, sizeMiB int, kernelArgs, machine, role string, edit func([]manifest.Document)) {
+	t.Helper()
 	channel, pin := publishedRelease(t)
 	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
 	if err != nil {
@@ -79,19 +88,19 @@ func installedEdited(t *testing.T, kernelArgs, machine, role string, edit func([
 	if err != nil {
 		t.Fatal(err)
 	}
-	diskPath = filepath.Join(t.TempDir(), role+".img")
 	var log strings.Builder
 	start := time.Now()
 	_, err = install.Install(context.Background(), install.Options{
 		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(role)], Disk: diskPath,
-		SizeMiB: testLayout.MinSizeMiB() + 16, Machine: machine, Layout: testLayout,
+		SizeMiB: sizeMiB, Machine: machine, Layout: testLayout,
 		KernelArgs: kernelArgs, Log: &log,
 	})
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, log.String())
 	}
-	report.Line("install of a %d MiB disk image (release from a file:// channel): %s", testLayout.MinSizeMiB()+16, time.Since(start).Round(100*time.Millisecond))
-	return diskPath
+	if sizeMiB > 0 {
+		report.Line("install of a %d MiB disk image (release from a file:// channel): %s", sizeMiB, time.Since(start).Round(100*time.Millisecond))
+	}
 }
 
 // publishedRelease builds the test release (once per run) and publishes it into a new

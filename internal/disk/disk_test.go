@@ -1,0 +1,74 @@
+package disk
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestReadDisksOfEachSectorSize partitions loop devices of 512- and 4096-byte sectors with
+// the layout and reads their GPT back, through the device (its sector size by ioctl) and
+// through the image file beneath (the sector size its GPT was written for). Every extent
+// is where the kernel's own partition scan puts it.
+func TestReadDisksOfEachSectorSize(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("attaches loop devices: needs root")
+	}
+	layout := Layout{ESPMiB: 40, SlotMiB: 48, LayerMiB: 4, MinStateMiB: 32}
+	for _, sector := range []int64{512, 4096} {
+		t.Run(strconv.FormatInt(sector, 10), func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "disk.img")
+			os.WriteFile(img, nil, 0o644)
+			if err := os.Truncate(img, int64(layout.MinSizeMiB()+8)<<20); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--sector-size", strconv.FormatInt(sector, 10), img).CombinedOutput()
+			if err != nil {
+				t.Skipf("losetup: %v: %s", err, out)
+			}
+			loop := strings.TrimSpace(string(out))
+			defer exec.Command("losetup", "-d", loop).Run()
+			if err := Partition(loop, layout); err != nil {
+				t.Fatal(err)
+			}
+			exec.Command("partx", "-u", loop).Run() // the kernel reads the new table
+			viaDevice, err := Read(loop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			viaFile, err := Read(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, label := range []string{ESP, SlotA, SlotB, Layer, State} {
+				d, f := viaDevice[label], viaFile[label]
+				if d != f || d.SectorSize != sector {
+					t.Errorf("%s: through the device %+v, through the file %+v", label, d, f)
+				}
+				// The kernel gives a partition's start and size in 512-byte units.
+				part := filepath.Base(loop) + "p" + strconv.Itoa(d.Index)
+				start := sysfsInt(t, "/sys/class/block/"+part+"/start")
+				size := sysfsInt(t, "/sys/class/block/"+part+"/size")
+				if start*512 != d.Offset || size*512 != d.Size {
+					t.Errorf("%s: read at %d+%d, the kernel has %d+%d", label, d.Offset, d.Size, start*512, size*512)
+				}
+			}
+		})
+	}
+}
+
+func sysfsInt(t *testing.T, p string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Skipf("the kernel did not scan the loop device's partitions: %v", err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
