@@ -266,7 +266,7 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 	j := joinMachines(t, apiserver.Options{ControllerManager: true,
 		Controllers:           "node-lifecycle-controller,serviceaccount-controller",
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s", "--node-monitor-period=2s"},
-	}, []string{vmMachine, vmAgent}, "")
+	}, 512, []string{vmMachine, vmAgent}, "")
 	// Two machines on two host cores: one vCPU each.
 	one := Speed{CPUs: 1, Icount: DefaultSpeed().Icount}
 	vms := map[string]*VM{

@@ -182,7 +182,16 @@ func bootUEFI(t *testing.T, diskPath string, allowReboot bool, nics ...string) *
 // bootUEFIAt is bootUEFI at a given speed (the zero Speed: the tier's default).
 func bootUEFIAt(t *testing.T, speed Speed, diskPath string, allowReboot bool, nics ...string) *VM {
 	t.Helper()
-	return bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: diskPath}}, AllowReboot: allowReboot, NICs: nics, Speed: speed})
+	d := Disk{Path: diskPath}
+	if parts, err := disk.Read(diskPath); err == nil {
+		for _, p := range parts {
+			if p.SectorSize != 512 {
+				d.SectorSize = int(p.SectorSize) // a disk installed with larger sectors boots as one
+			}
+			break
+		}
+	}
+	return bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{d}, AllowReboot: allowReboot, NICs: nics, Speed: speed})
 }
 
 // bootWith boots a machine for a test: its console is logged if the test fails, and it is

@@ -70,18 +70,24 @@ type joined struct {
 // served over HTTP from the host and pins the installed release (and any others given).
 func joinCluster(t *testing.T, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
-	return joinAs(t, vmMachine, extraArgs, moreVersions...)
+	return joinClusterOn(t, 512, extraArgs, moreVersions...)
+}
+
+// joinClusterOn is joinCluster with vm-1's disk of sectorSize-byte logical sectors.
+func joinClusterOn(t *testing.T, sectorSize int, extraArgs string, moreVersions ...string) *joined {
+	t.Helper()
+	return joinMachines(t, apiserver.Options{}, sectorSize, []string{vmMachine}, extraArgs, moreVersions...)
 }
 
 // joinAs is joinCluster with vm-1's manifest given.
 func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
-	return joinMachines(t, apiserver.Options{}, []string{machineYAML}, extraArgs, moreVersions...)
+	return joinMachines(t, apiserver.Options{}, 512, []string{machineYAML}, extraArgs, moreVersions...)
 }
 
 // joinMachines is joinCluster for the machines given (the first one's disk is j.disk), with
 // the API server started with opts (the cluster's CAs are added).
-func joinMachines(t *testing.T, opts apiserver.Options, machineYAMLs []string, extraArgs string, moreVersions ...string) *joined {
+func joinMachines(t *testing.T, opts apiserver.Options, sectorSize int, machineYAMLs []string, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
 	ch := newChannelServer(t, append([]string{releaseA}, moreVersions...)...)
 	manifests := t.TempDir()
@@ -173,12 +179,14 @@ func joinMachines(t *testing.T, opts apiserver.Options, machineYAMLs []string, e
 			t.Fatal(err)
 		}
 		d := filepath.Join(t.TempDir(), m.Name+".img")
+		target, size, done := installTarget(t, d, testLayout.MinSizeMiB()+16, sectorSize)
 		if _, err := install.Install(context.Background(), install.Options{
-			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: d, Machine: bound,
-			SizeMiB: testLayout.MinSizeMiB() + 16, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
+			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: target, Machine: bound,
+			SizeMiB: size, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
 		}); err != nil {
 			t.Fatal(err)
 		}
+		done()
 		j.disks[m.Name] = d
 	}
 	j.disk = j.disks["vm-1"]

@@ -1,10 +1,12 @@
 package vm
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,30 +20,12 @@ import (
 // GRUB and Linux read the slot, init mounts the state partition and starts k3s.
 func TestDiskOf4096ByteSectors(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "4k.img")
-	sizeMiB := testLayout.MinSizeMiB() + 16
-	if err := os.WriteFile(img, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(img, int64(sizeMiB)<<20); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", "--sector-size", "4096", img).CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup --sector-size 4096: %v: %s", err, out)
-	}
-	loop := strings.TrimSpace(string(out))
-	detached := false
-	detach := func() {
-		if !detached {
-			exec.Command("losetup", "-d", loop).Run()
-			detached = true
-		}
-	}
-	defer detach()
+	target, _, done := installTarget(t, img, testLayout.MinSizeMiB()+16, 4096)
+	publishedRelease(t) // built before the install is timed
 	start := time.Now()
-	installTo(t, loop, 0, "quiet liken.test=poweroff", "server-1", "server", nil)
+	installTo(t, target, 0, "quiet liken.test=poweroff", "server-1", "server", nil)
 	took := time.Since(start)
-	detach()
+	done()
 	parts, err := disk.Read(img)
 	if err != nil {
 		t.Fatal(err)
@@ -50,15 +34,38 @@ func TestDiskOf4096ByteSectors(t *testing.T) {
 		t.Fatalf("the image's GPT is not of 4096-byte sectors: %+v", st)
 	}
 
-	v := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: img, SectorSize: 4096}}})
+	v := bootUEFI(t, img, false) // as a disk of 4096-byte sectors: its GPT says so
 	expect(t, v, "liken-grub: booting slot A (trial 0)", 180*time.Second)
 	expect(t, v, "mounted root image from slot /dev/vda2", 120*time.Second)
 	expect(t, v, "liken-init: state partition /dev/vda5 mounted on /var", 60*time.Second)
 	k3s := expect(t, v, "liken-init: started k3s", 120*time.Second)
 	expect(t, v, "liken-init: shutdown complete", 120*time.Second)
 	v.Wait(60 * time.Second)
-	if b, _ := exec.Command("cat", "/sys/block/"+filepath.Base(loop)+"/queue/logical_block_size").Output(); len(b) > 0 {
-		t.Logf("loop device's logical block size was %s", strings.TrimSpace(string(b)))
-	}
 	report.Line("disk of 4096-byte sectors: install onto a 4096-byte-sector loop device %s; booted through GRUB to k3s in %s (TCG)", took.Round(100*time.Millisecond), k3s.Round(100*time.Millisecond))
+}
+
+// installTarget makes the image file of a machine's disk, sizeMiB large, and returns what to
+// install onto: the file (with its size for install), or, for 4096-byte sectors, a loop
+// device of that sector size over it (size 0: install sizes the device), which done
+// detaches. bootUEFI boots the file with the sector size its GPT was written for.
+func installTarget(t *testing.T, path string, sizeMiB, sectorSize int) (target string, size int, done func()) {
+	t.Helper()
+	if sectorSize == 0 || sectorSize == 512 {
+		return path, sizeMiB, func() {}
+	}
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, int64(sizeMiB)<<20); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", "--sector-size", fmt.Sprint(sectorSize), path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup --sector-size %d: %v: %s", sectorSize, err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	var once sync.Once
+	done = func() { once.Do(func() { exec.Command("losetup", "-d", loop).Run() }) }
+	t.Cleanup(done)
+	return loop, 0, done
 }

@@ -212,10 +212,13 @@ func hasPending(m *v1alpha1.Machine, field string) bool {
 // TestUpgradeCommitAndRollback: install A, boot, Node Ready; spec.version changed, B
 // written from the channel over HTTP, the reboot staged and approved, B tried once and
 // committed; then this machine alone rolled back to A: no download, A tried and committed.
+// The disk has 4096-byte sectors.
 func TestUpgradeCommitAndRollback(t *testing.T) {
 	// late-boot-id: after each boot, k3s's Node keeps the boot before's system info (and its
 	// Ready) for 40 s, as when a kubelet has not reported yet: a trial must not commit on it.
-	j := joinCluster(t, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
+	// On a disk of 4096-byte sectors, as many servers' are: install, boot, the slot write and
+	// the trial all go through its sectors (the other tests' disks have 512-byte sectors).
+	j := joinClusterOn(t, 4096, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
 	vm := bootUEFI(t, j.disk, true, vmMAC)
 	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
