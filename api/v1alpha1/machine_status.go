@@ -24,6 +24,10 @@ type MachineStatus struct {
 	// +optional
 	Release *RunningRelease `json:"release,omitempty"`
 
+	// Network is the machine's network links as they are now.
+	// +optional
+	Network *NetworkStatus `json:"network,omitempty"`
+
 	// Clock is where the machine's time comes from and how far off it was.
 	// +optional
 	Clock *ClockStatus `json:"clock,omitempty"`
@@ -56,6 +60,37 @@ type MachineStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NetworkStatus is the machine's network as the kernel has it.
+type NetworkStatus struct {
+	// Links are the ports (links backed by a device), bonds and VLANs; not the links
+	// Kubernetes makes for pods.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Links []LinkInfo `json:"links,omitempty"`
+}
+
+// LinkInfo is one network link.
+type LinkInfo struct {
+	Name string `json:"name"`
+	// Kind is port, bond or vlan.
+	Kind string `json:"kind"`
+	MAC  string `json:"mac,omitempty"`
+	// State is the kernel's operational state: up, down, lowerlayerdown, dormant, unknown.
+	State string `json:"state,omitempty"`
+	// SpeedMbps is the negotiated speed, when the driver reports one.
+	// +optional
+	SpeedMbps int32 `json:"speedMbps,omitempty"`
+	MTU       int32 `json:"mtu,omitempty"`
+	// Addresses are its IP addresses with their prefix length.
+	// +optional
+	// +listType=atomic
+	Addresses []string `json:"addresses,omitempty"`
+	// Master is the bond it is a member of, if it is one.
+	// +optional
+	Master string `json:"master,omitempty"`
 }
 
 // ClockStatus is the machine's last setting of its clock.
@@ -135,6 +170,34 @@ type DiskInfo struct {
 	Serial     string `json:"serial,omitempty"`
 	SizeBytes  int64  `json:"sizeBytes,omitempty"`
 	Rotational bool   `json:"rotational,omitempty"`
+	// LogicalSectorBytes is the disk's logical sector size, such as 512 or 4096.
+	// +optional
+	LogicalSectorBytes int32 `json:"logicalSectorBytes,omitempty"`
+	// Partitions are the disk's partitions and what is on them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Partitions []PartitionInfo `json:"partitions,omitempty"`
+}
+
+// PartitionInfo is one partition of a disk.
+type PartitionInfo struct {
+	// Name is the kernel name, such as vda5.
+	Name string `json:"name"`
+	// Label is the GPT partition name, such as liken-state.
+	// +optional
+	Label     string `json:"label,omitempty"`
+	SizeBytes int64  `json:"sizeBytes,omitempty"`
+	// Filesystem is the file system on it (ext4, vfat, squashfs...), when one is found.
+	// +optional
+	Filesystem string `json:"filesystem,omitempty"`
+	// MountPoint is where it is mounted, when it is.
+	// +optional
+	MountPoint string `json:"mountPoint,omitempty"`
+	// FreeBytes is the free space of its mounted file system, rounded down to 1% of its size
+	// so that status changes only when it does by that much.
+	// +optional
+	FreeBytes int64 `json:"freeBytes,omitempty"`
 }
 
 // NICInfo describes one network interface.

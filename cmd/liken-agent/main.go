@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/agent"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/bootstrap"
@@ -86,8 +87,12 @@ func run() error {
 		K3sPaths: paths,
 		Join:     *join, Restarter: supervisor.Client{Socket: *socket}, RestartDelay: *delay,
 		Boot: supervisor.Client{Socket: *socket}, SlotDevice: slotPartition, K3sHealthz: *healthz,
-		Hardware: hardware.Host{Sys: *sysfs, Proc: *procfs}.Read(),
-		Log:      log, Metrics: m, Coordinator: coordinatorConfig(*coord),
+		Inventory: func() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus) {
+			h := hardware.Default
+			h.Sys, h.Proc = *sysfs, *procfs
+			return h.Read(), h.Network()
+		},
+		Log: log, Metrics: m, Coordinator: coordinatorConfig(*coord),
 		ClockEvery: *keepClock, DHCPTimeServers: dhcpTimeServers,
 	}
 	if *keepClock > 0 {

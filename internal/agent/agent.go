@@ -75,6 +75,11 @@ type Config struct {
 	RestartDelay time.Duration
 	// Hardware is reported in status (read once at start by the caller).
 	Hardware *v1alpha1.Hardware
+	// Inventory, when set, reads the hardware and the network links again every
+	// InventoryEvery (zero: 30 s), so status.hardware and status.network follow what
+	// changes (a link that goes down, a file system that fills); it replaces Hardware.
+	Inventory      func() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus)
+	InventoryEvery time.Duration
 	// Log is the structured logger; nil means slog.Default().
 	Log *slog.Logger
 	// Metrics records what the agent does; nil means a private registry.
@@ -130,6 +135,9 @@ type Agent struct {
 	// clock is the clock's keeping (clock.go), shared with keepClock.
 	clockMu sync.Mutex
 	clock   clockKeeper
+	// inventory is the last reading of Config.Inventory (inventory.go).
+	invMu     sync.Mutex
+	inventory inventory
 }
 
 const (
@@ -256,6 +264,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// within LastWords: see stop.
 	if a.cfg.Clock != nil {
 		go a.keepClock(ctx)
+	}
+	if a.cfg.Inventory != nil {
+		a.readInventory()
+		go a.watchInventory(ctx)
 	}
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()

@@ -72,6 +72,8 @@ type sim struct {
 	coordinator bool
 	// clock, when set, is the clock the agent keeps, every 200 ms.
 	clock *clock.Clock
+	// inventory, when set, is read every 200 ms for status.hardware and status.network.
+	inventory func() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus)
 	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
 	// reporting the boot before, as a kubelet that has not started yet leaves it.
 	kubeletLate bool
@@ -185,6 +187,7 @@ func (s *sim) start(t testing.TB) {
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
 		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,
 		Coordinator: s.coordinatorConfig(), Clock: s.clock, ClockEvery: 200 * time.Millisecond,
+		Inventory: s.inventory, InventoryEvery: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

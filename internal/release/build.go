@@ -490,7 +490,7 @@ func buildSlot(out string, epoch time.Time) error {
 	// disk's, and a slot image is written unchanged to disks of 512- and 4096-byte sectors.
 	// FAT16 while the image is small enough for it, by cluster count as every reader counts;
 	// FAT32 needs 65525 clusters, 256 MiB at one sector a cluster.
-	fat := []string{"-F", "16"}
+	fat := []string{"-F", "16", "-s", "1"}
 	if mib > 240 {
 		fat = []string{"-F", "32", "-s", "1"}
 		mib = max(mib, 260)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,6 +282,27 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	}
 	if id := n.Status.NodeInfo.MachineID; !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
 		t.Errorf("the Node's machine ID %q is not the one init made (/etc/machine-id)", id)
+	}
+	// The disks' partitions and the links, as the machine has them.
+	var state *v1alpha1.PartitionInfo
+	for _, d := range m.Status.Hardware.Disks {
+		for i, p := range d.Partitions {
+			if p.Label == "liken-state" {
+				state = &d.Partitions[i]
+			}
+		}
+	}
+	if state == nil || state.Filesystem != "ext4" || state.MountPoint != "/var" || state.FreeBytes <= 0 || state.FreeBytes > state.SizeBytes {
+		t.Errorf("status.hardware does not show the state partition mounted on /var: %+v", m.Status.Hardware.Disks)
+	}
+	eth0 := false
+	if n := m.Status.Network; n != nil {
+		for _, l := range n.Links {
+			eth0 = eth0 || (l.Name == "eth0" && l.Kind == "port" && l.State == "up" && slices.Contains(l.Addresses, "10.0.2.15/24"))
+		}
+	}
+	if !eth0 {
+		t.Errorf("status.network does not show eth0 up with its DHCP address: %+v", m.Status.Network)
 	}
 	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded); c == nil || c.Reason == v1alpha1.ReasonPreflightFailed {
 		t.Errorf("Degraded: %+v", c)

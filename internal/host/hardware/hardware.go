@@ -11,16 +11,24 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"liken.dev/liken/api/v1alpha1"
 )
 
-// Host names the sysfs and procfs roots (a test's tree, or "/sys" and "/proc").
+// Host names the sysfs and procfs roots (a test's tree, or "/sys" and "/proc"), and how to
+// look further: Dev is where the device nodes are (for an unmounted partition's file
+// system), Statfs a mounted file system's free space, Addrs a link's addresses. Each may be
+// empty, which leaves that part out.
 type Host struct {
 	Sys, Proc string
+	Dev       string
+	Statfs    func(path string, st *unix.Statfs_t) error
+	Addrs     func(link string) []string
 }
 
 // Default is the running kernel's.
-var Default = Host{Sys: "/sys", Proc: "/proc"}
+var Default = Host{Sys: "/sys", Proc: "/proc", Dev: "/dev", Statfs: unix.Statfs, Addrs: LinkAddrs}
 
 // Read returns the inventory.
 func (h Host) Read() *v1alpha1.Hardware {
@@ -130,6 +138,7 @@ func (h Host) memory() int64 {
 // disks lists whole block devices, leaving out loop devices, RAM disks and the like.
 func (h Host) disks() []v1alpha1.DiskInfo {
 	var out []v1alpha1.DiskInfo
+	mounts := h.mounts()
 	for _, name := range h.list("block") {
 		if skipDisk(name) {
 			continue
@@ -146,7 +155,11 @@ func (h Host) disks() []v1alpha1.DiskInfo {
 			Serial:     serial,
 			SizeBytes:  sectors * 512, // sysfs counts 512-byte sectors whatever the device's
 			Rotational: h.read(base+"/queue/rotational") == "1",
+			Partitions: h.partitions(name, mounts),
 		})
+		if n, err := strconv.Atoi(h.read(base + "/queue/logical_block_size")); err == nil {
+			out[len(out)-1].LogicalSectorBytes = int32(n)
+		}
 	}
 	return out
 }

@@ -2,10 +2,13 @@ package hardware
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"liken.dev/liken/api/v1alpha1"
 )
@@ -90,5 +93,107 @@ func TestReadThisMachine(t *testing.T) {
 	hw := Default.Read()
 	if hw.CPU.Threads < 1 || hw.MemoryBytes < 1<<28 || len(hw.Disks) == 0 || len(hw.Modules) == 0 && len(hw.PCIDevices) == 0 {
 		t.Errorf("implausible inventory of this machine: %+v", hw)
+	}
+}
+
+// TestStorageAndLinks: a disk's partitions with their GPT names, file systems, mount points
+// and free space (rounded to 1% of the size), and the links: ports, a bond with its members,
+// a VLAN on it; not a pod's veth.
+func TestStorageAndLinks(t *testing.T) {
+	sys := tree(t, map[string]string{
+		"block/vda/size":                     "409600\n",
+		"block/vda/queue/logical_block_size": "4096\n",
+		"block/vda/vda1/partition":           "1\n",
+		"block/vda/vda1/size":                "81920\n",
+		"block/vda/vda1/uevent":              "MAJOR=254\nMINOR=1\nDEVNAME=vda1\nDEVTYPE=partition\nPARTN=1\nPARTNAME=liken-esp\n",
+		"block/vda/vda5/partition":           "5\n",
+		"block/vda/vda5/size":                "204800\n",
+		"block/vda/vda5/uevent":              "DEVNAME=vda5\nPARTNAME=liken-state\n",
+		"block/vda/queue/rotational":         "0\n",
+		"class/net/eth0/address":             "52:54:00:00:00:01\n",
+		"class/net/eth0/operstate":           "up\n",
+		"class/net/eth0/mtu":                 "9000\n",
+		"class/net/eth0/speed":               "10000\n",
+		"class/net/eth0/device/x":            "",
+		"class/net/eth0/uevent":              "INTERFACE=eth0\nIFINDEX=2\n",
+		"class/net/bond0/address":            "52:54:00:00:00:01\n",
+		"class/net/bond0/operstate":          "up\n",
+		"class/net/bond0/mtu":                "9000\n",
+		"class/net/bond0/uevent":             "DEVTYPE=bond\nINTERFACE=bond0\n",
+		"class/net/bond0.100/operstate":      "lowerlayerdown\n",
+		"class/net/bond0.100/mtu":            "9000\n",
+		"class/net/bond0.100/uevent":         "DEVTYPE=vlan\nINTERFACE=bond0.100\n",
+		"class/net/veth1234/uevent":          "INTERFACE=veth1234\n",
+		"class/net/veth1234/operstate":       "up\n",
+	}, map[string]string{"class/net/eth0/master": "../bond0"})
+	proc := tree(t, map[string]string{
+		"self/mountinfo": "22 1 254:5 / /var rw,noatime shared:2 - ext4 /dev/vda5 rw\n" +
+			"23 22 254:5 /lib/liken/rancher /etc/rancher rw shared:2 - ext4 /dev/vda5 rw\n" +
+			"30 1 0:25 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+	}, nil)
+	h := Host{Sys: sys, Proc: proc,
+		Statfs: func(path string, st *unix.Statfs_t) error {
+			if path != "/var" {
+				t.Errorf("statfs of %s", path)
+			}
+			st.Bsize, st.Bavail = 4096, 12345 // 50565120 bytes
+			return nil
+		},
+		Addrs: func(link string) []string {
+			if link == "bond0.100" {
+				return []string{"192.0.2.10/24"}
+			}
+			return nil
+		},
+	}
+	hw := h.Read()
+	wantDisk := v1alpha1.DiskInfo{Name: "vda", SizeBytes: 409600 * 512, LogicalSectorBytes: 4096, Partitions: []v1alpha1.PartitionInfo{
+		{Name: "vda1", Label: "liken-esp", SizeBytes: 81920 * 512},
+		// 1% of 104857600 is 1048576: 50565120 rounds down to 48 of those.
+		{Name: "vda5", Label: "liken-state", SizeBytes: 204800 * 512, Filesystem: "ext4", MountPoint: "/var", FreeBytes: 48 * 1048576},
+	}}
+	if d := cmp.Diff([]v1alpha1.DiskInfo{wantDisk}, hw.Disks); d != "" {
+		t.Errorf("disks (-want +got):\n%s", d)
+	}
+	wantNet := &v1alpha1.NetworkStatus{Links: []v1alpha1.LinkInfo{
+		{Name: "bond0", Kind: "bond", MAC: "52:54:00:00:00:01", State: "up", MTU: 9000},
+		{Name: "bond0.100", Kind: "vlan", State: "lowerlayerdown", MTU: 9000, Addresses: []string{"192.0.2.10/24"}},
+		{Name: "eth0", Kind: "port", MAC: "52:54:00:00:00:01", State: "up", SpeedMbps: 10000, MTU: 9000, Master: "bond0"},
+	}}
+	if d := cmp.Diff(wantNet, h.Network()); d != "" {
+		t.Errorf("links (-want +got):\n%s", d)
+	}
+}
+
+// TestProbeFilesystems names the file systems liken makes by their superblocks, on real
+// images made by mkfs.
+func TestProbeFilesystems(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		mk   []string
+	}{
+		{"ext4", []string{"mkfs.ext4", "-q", "-F", "-b", "4096", "IMG", "8M"}},
+		{"vfat", []string{"mkfs.vfat", "-F", "16", "-S", "4096", "-s", "1", "-C", "IMG", "49152"}},
+		{"vfat", []string{"mkfs.vfat", "-F", "32", "-S", "512", "-s", "1", "-C", "IMG", "40960"}},
+	} {
+		img := filepath.Join(dir, tc.name+strings.Join(tc.mk[1:3], ""))
+		args := append([]string(nil), tc.mk[1:]...)
+		for i, a := range args {
+			if a == "IMG" {
+				args[i] = img
+			}
+		}
+		if out, err := exec.Command(tc.mk[0], args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", tc.mk[0], err, out)
+		}
+		if got := probe(img); got != tc.name {
+			t.Errorf("%v: probed %q", tc.mk, got)
+		}
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, make([]byte, 4096), 0o644)
+	if got := probe(empty); got != "" {
+		t.Errorf("an empty partition probed as %q", got)
 	}
 }
