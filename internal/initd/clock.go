@@ -10,7 +10,6 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/host/clock"
 	"liken.dev/liken/internal/host/network"
-	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/state"
 )
 
@@ -51,11 +50,5 @@ func (s *system) timeServers() []string {
 	return append(append([]string{}, servers...), strings.Fields(string(b))...)
 }
 
-// keepClockEvery is how often the agent sets the clock; liken.test.keep-clock shortens it in
-// VM tests.
-func keepClockEvery(cmd initramfs.Cmdline) time.Duration {
-	if d, err := time.ParseDuration(cmd["liken.test.keep-clock"]); err == nil && d > 0 {
-		return d
-	}
-	return 15 * time.Minute
-}
+// keepClockEvery is how often the agent sets the clock from the time servers.
+const keepClockEvery = 15 * time.Minute

@@ -411,7 +411,7 @@ func (s *system) run() error {
 		Env:    k3sEnv(s.cmd, s.machine.Spec.Role),
 		Stdout: console, Stderr: console}, nil)
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
-		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery(s.cmd).String()}
+		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery.String()}
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
 		// Servers take part in the election, and make the Cluster and Machines from the
 		// layer where they are absent.
