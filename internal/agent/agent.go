@@ -120,6 +120,7 @@ type Agent struct {
 	lastRender time.Time
 	// bootInfo is what init says this boot is; attemptResolved once the last trial is settled.
 	bootInfo        *supervisor.BootInfo
+	bootInfoAt      time.Time // when bootInfo was asked for
 	attemptResolved bool
 	// job writes or checks the inactive slot; verified maps a slot to the digest it was
 	// found to hold this boot.

@@ -55,12 +55,21 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		// Nothing to do until both documents are known; the watch brings them.
 		return err
 	}
-	// Asked again until init has checked k3s once it runs (checkK3sPATH), so a failure there
-	// reaches status.
-	if a.cfg.Boot != nil && (a.bootInfo == nil || a.bootInfo.Report != nil && !a.bootInfo.Report.PreflightDone) {
+	if a.cfg.Boot != nil && a.bootInfo == nil {
 		if err := a.loadBoot(ctx); err != nil {
 			return err
 		}
+	}
+	// Until init has checked k3s once it runs (checkK3sPATH), its report is asked for
+	// again every 5 s, so a failure there reaches status; a failed asking waits for the
+	// next time.
+	if bi := a.bootInfo; a.cfg.Boot != nil && bi != nil && bi.Report != nil && !bi.Report.PreflightDone {
+		if a.cfg.Now().Sub(a.bootInfoAt) >= 5*time.Second {
+			if err := a.loadBoot(ctx); err != nil {
+				a.log.Warn("asking init for its preflight", "err", err)
+			}
+		}
+		a.queue.AddAfter(keyReconcile, 5*time.Second)
 	}
 	if !a.attemptResolved {
 		if err := a.promoteBootSettings(); err != nil {

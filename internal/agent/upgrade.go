@@ -207,7 +207,7 @@ func (a *Agent) loadBoot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.bootInfo = bi
+	a.bootInfo, a.bootInfoAt = bi, a.cfg.Now()
 	return nil
 }
 

@@ -22,7 +22,15 @@ func (s *system) setClock() error {
 	}
 	servers := s.timeServers()
 	start := time.Now()
-	sync, err := clock.Clock{}.AtBoot(context.Background(), servers, built, 5*time.Second, s.log)
+	// A trial waits no longer than its health deadline, then fails and goes back to the
+	// last good slot; another boot waits as long as it takes, saying why.
+	ctx := context.Background()
+	if s.boot.trial {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.trialDeadline())
+		defer cancel()
+	}
+	sync, err := clock.Clock{}.AtBoot(ctx, servers, built, 5*time.Second, s.log)
 	if err != nil {
 		return err
 	}

@@ -111,19 +111,23 @@ func (s *system) preflight() error {
 	reaperPaused.Store(true)
 	defer reaperPaused.Store(false)
 	h := preflight.DefaultHost(k3s.HostPATH, built)
-	return preflight.Run(h.Checks(false), s.log, "liken-init")
+	return preflight.Run(h.Checks(false, s.log), s.log, "liken-init")
 }
 
 // checkK3sPATH checks, once k3s has unpacked its data directory and run itself from it with
 // its own PATH (it then has K3S_DATA_DIR in its environment), that each iptables name
 // resolves through that PATH to a program. A release whose k3s bundle lacks one fails
-// here, at boot, and not later in kube-proxy: a trial goes back to the last good slot, and
-// otherwise the Machine's status says so.
+// here, at boot, and not later in kube-proxy: a trial not yet committed goes back to the
+// last good slot, and otherwise the Machine's status says so.
 func (s *system) checkK3sPATH(pid func() int, stop <-chan struct{}) {
 	deadline := time.After(10 * time.Minute)
 	for {
 		env := processEnv(pid())
-		if env["K3S_DATA_DIR"] != "" {
+		if dir := env["K3S_DATA_DIR"]; dir != "" {
+			s.pointCurrentAt(dir)
+			if m, err := preflight.LookPath("modprobe", env["PATH"]); err == nil {
+				fmt.Fprintf(s.log, "liken-init: k3s's PATH reaches modprobe at %s\n", m)
+			}
 			err := preflight.Host{PATH: env["PATH"]}.Iptables()
 			s.report.PreflightDone = true
 			if err == nil {
@@ -135,11 +139,15 @@ func (s *system) checkK3sPATH(pid func() int, stop <-chan struct{}) {
 			fmt.Fprintf(s.log, "liken-init: preflight: FAILED: %s\n", msg)
 			s.report.PreflightFailed = msg
 			s.boot.setReport(s.report)
-			if s.boot.trial {
-				s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, msg })
-				select {
-				case s.rebootCh <- "preflight failed on a trial: " + msg:
-				default:
+			select {
+			case <-s.boot.committedCh: // a committed trial stays; status says what failed
+			default:
+				if s.boot.trial {
+					s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, msg })
+					select {
+					case s.rebootCh <- "preflight failed on a trial: " + msg:
+					default:
+					}
 				}
 			}
 			return
@@ -154,6 +162,28 @@ func (s *system) checkK3sPATH(pid func() int, stop <-chan struct{}) {
 			return
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// pointCurrentAt points k3s's data/current at dir, the data directory the running k3s runs
+// from, where liken's iptables links lead. k3s moves data/current only when it unpacks a
+// new directory: after a rollback to a k3s unpacked before, it still names the newer one.
+func (s *system) pointCurrentAt(dir string) {
+	current := filepath.Join(filepath.Dir(dir), "current")
+	if t, err := filepath.EvalSymlinks(current); err == nil {
+		if d, err := filepath.EvalSymlinks(dir); err == nil && t == d {
+			return
+		}
+	}
+	tmp := current + ".liken"
+	os.Remove(tmp)
+	if err := os.Symlink(dir, tmp); err == nil {
+		err = os.Rename(tmp, current)
+		if err == nil {
+			fmt.Fprintf(s.log, "liken-init: k3s's data/current now names %s, the data directory it runs from\n", dir)
+			return
+		}
+		fmt.Fprintf(s.log, "liken-init: warning: pointing k3s's data/current at %s: %v\n", dir, err)
 	}
 }
 

@@ -28,9 +28,10 @@ const (
 	containerStopTimeout = 30 * time.Second
 	// shutdownGrace is how long the processes left after k3s get between SIGTERM and SIGKILL.
 	shutdownGrace = 10 * time.Second
-	// shutdownBudget bounds a shutdown: the agent's last words (15 s), the containers'
-	// grace, the processes', and the unmounts, with room to spare.
-	shutdownBudget = 2 * time.Minute
+	// shutdownBudget bounds a shutdown: the agent's stop (30 s), listing and stopping the
+	// containers and their pods (30 + 45 + 60 s), k3s's stop (30 s), the processes' grace
+	// and SIGKILL (15 s), and the unmounts, with room to spare.
+	shutdownBudget = 5 * time.Minute
 )
 
 // shutdown stops everything in order and leaves the state partition clean: the agent (on a

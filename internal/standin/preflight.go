@@ -109,7 +109,7 @@ func (c *Config) preflight(getenv func(string) string, log io.Writer) error {
 		return err
 	}
 	h := preflight.DefaultHost(getenv("PATH"), built)
-	return preflight.Run(h.Checks(true), log, "k3s-standin")
+	return preflight.Run(h.Checks(true, log), log, "k3s-standin")
 }
 
 // IptablesMain is the stand-in run as one of the iptables names (through the stand-in's

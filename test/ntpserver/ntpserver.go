@@ -15,6 +15,7 @@ type Server struct {
 	conn    net.PacketConn
 	shift   time.Duration
 	answers atomic.Int64
+	silent  atomic.Bool
 }
 
 // Start listens on addr ("127.0.0.1:0" for a free port) and answers with the clock moved by
@@ -31,6 +32,13 @@ func Start(addr string, shift time.Duration) (*Server, error) {
 
 // Addr is where the server listens.
 func (s *Server) Addr() *net.UDPAddr { return s.conn.LocalAddr().(*net.UDPAddr) }
+
+// Silence makes the server drop every request until Answer, as a server that is down; its
+// port stays its own.
+func (s *Server) Silence() { s.silent.Store(true) }
+
+// Answer makes a silenced server answer again.
+func (s *Server) Answer() { s.silent.Store(false) }
 
 // Answers is how many requests it answered.
 func (s *Server) Answers() int64 { return s.answers.Load() }
@@ -55,7 +63,7 @@ func (s *Server) serve() {
 		if err != nil {
 			return
 		}
-		if n < 48 {
+		if n < 48 || s.silent.Load() {
 			continue
 		}
 		recv := time.Now().Add(s.shift)

@@ -2,7 +2,6 @@ package vm
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -20,15 +19,15 @@ import (
 // answers, init sets the clock from it, then starts k3s (whose preflight finds the clock
 // plausible). A second boot, clock right and server up, measures what the NTP step adds.
 func TestClockBeforeK3s(t *testing.T) {
-	// A port for the server the machine reaches as 10.0.2.2 (QEMU's user network forwards
-	// the host's address there to the host's loopback).
-	probe, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	// The server the machine reaches as 10.0.2.2 (QEMU's user network forwards the host's
+	// address there to the host's loopback), silent at first: a server that is down.
+	srv, err := ntpserver.Start("127.0.0.1:0", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := probe.LocalAddr().(*net.UDPAddr).Port
-	probe.Close()
-	server := fmt.Sprintf("10.0.2.2:%d", port)
+	defer srv.Close()
+	srv.Silence()
+	server := fmt.Sprintf("10.0.2.2:%d", srv.Addr().Port)
 	const mac = "52:54:00:00:01:01"
 	d := installedEdited(t, "quiet liken.test=poweroff", "agent-1", "agent", func(docs []manifest.Document) {
 		for _, doc := range docs {
@@ -55,11 +54,7 @@ func TestClockBeforeK3s(t *testing.T) {
 	if strings.Contains(v.Console(), "started k3s") {
 		t.Fatal("k3s started with the clock in 2001")
 	}
-	srv, err := ntpserver.Start(fmt.Sprintf("127.0.0.1:%d", port), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv.Answer()
 	up := time.Now()
 	set := expect(t, v, "liken-init: clock set from "+server, 60*time.Second)
 	answeredAfter := time.Since(up)

@@ -138,16 +138,16 @@ func (c Clock) AtBoot(ctx context.Context, servers []string, notBefore time.Time
 	}
 }
 
-// step sets the system clock by off, then the hardware clock to match.
+// step sets the system clock by off, then, as it can, the hardware clock to match.
 func step(off time.Duration) error {
 	now := time.Now().Add(off)
 	tv := unix.NsecToTimeval(now.UnixNano())
 	if err := unix.Settimeofday(&tv); err != nil {
 		return fmt.Errorf("settimeofday: %w", err)
 	}
-	if err := setRTC(now); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("the system clock is set; the hardware clock is not: %w", err)
-	}
+	// The hardware clock only makes the next boot start nearer the time: some refuse to be
+	// written (read-only or firmware-owned RTCs), and the system clock is right anyway.
+	setRTC(now)
 	return nil
 }
 

@@ -68,13 +68,14 @@ type Check struct {
 }
 
 // Checks are the checks, in the order k3s meets what they check; iptables only with
-// iptables, since its names resolve only once k3s has unpacked its data directory.
-func (h Host) Checks(iptables bool) []Check {
+// iptables, since its names resolve only once k3s has unpacked its data directory. A
+// modprobe failure k3s tolerates is written to log.
+func (h Host) Checks(iptables bool, log io.Writer) []Check {
 	checks := []Check{
 		{"clock", h.Clock},
 		{"cgroup v2 controllers", h.Cgroups},
 		{"/dev/kmsg", h.KernelLog},
-		{"modprobe", func() error { return h.ModprobeAll(io.Discard) }},
+		{"modprobe", func() error { return h.ModprobeAll(log) }},
 	}
 	if iptables {
 		checks = append(checks, Check{"iptables through PATH", h.Iptables})
@@ -218,7 +219,9 @@ func (h Host) Iptables() error {
 	return nil
 }
 
-// lookPath finds an executable file name in path, as exec.LookPath does with PATH.
+// LookPath finds an executable file name in path, as exec.LookPath does with PATH.
+func LookPath(name, path string) (string, error) { return lookPath(name, path) }
+
 func lookPath(name, path string) (string, error) {
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {

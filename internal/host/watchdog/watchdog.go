@@ -38,7 +38,7 @@ type Dog struct {
 	Note string
 
 	fed   atomic.Bool
-	until atomic.Int64 // pings stop after this (UnixNano); 0: no deadline
+	until atomic.Pointer[time.Time] // pings stop after this (monotonic); nil: no deadline
 	done  chan struct{}
 	once  sync.Once
 }
@@ -96,7 +96,7 @@ func (d *Dog) ping(every time.Duration) {
 // feeding says whether a ping is due at now: not once starved, nor past the deadline.
 func (d *Dog) feeding(now time.Time) bool {
 	u := d.until.Load()
-	return d.fed.Load() && (u == 0 || now.UnixNano() < u)
+	return d.fed.Load() && (u == nil || now.Before(*u))
 }
 
 // Starve stops the pings for good: only the watchdog can end this boot (the hang test
@@ -107,11 +107,12 @@ func (d *Dog) Starve() {
 	}
 }
 
-// PingUntil keeps pinging only until deadline: what hangs past it (a shutdown that never
-// ends) is reset by the watchdog one timeout later.
+// PingUntil keeps pinging only until deadline (a time.Now() plus a duration, so a clock
+// step does not move it): what hangs past it (a shutdown that never ends) is reset by the
+// watchdog one timeout later.
 func (d *Dog) PingUntil(deadline time.Time) {
 	if d != nil {
-		d.until.Store(deadline.UnixNano())
+		d.until.Store(&deadline)
 	}
 }
 
