@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"liken.dev/liken/internal/host/hardware"
 	"liken.dev/liken/internal/state"
 )
 
@@ -230,7 +231,7 @@ func unmountUnder(prefixes []string) (int, error) {
 		if len(fields) < 2 {
 			continue
 		}
-		p := unescapeMount(fields[1])
+		p := hardware.UnescapeMount(fields[1])
 		for _, pre := range prefixes {
 			if strings.HasPrefix(p, pre) {
 				points = append(points, p)
@@ -253,23 +254,4 @@ func unmountUnder(prefixes []string) (int, error) {
 		n++
 	}
 	return n, first
-}
-
-// unescapeMount undoes /proc/self/mounts's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

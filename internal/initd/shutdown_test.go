@@ -17,7 +17,4 @@ func TestParseStat(t *testing.T) {
 			t.Errorf("parseStat(%q) = %q %+v %v", tt.line, name, st, ok)
 		}
 	}
-	if got := unescapeMount(`/var/lib/kubelet/pods/a\040b`); got != "/var/lib/kubelet/pods/a b" {
-		t.Errorf("unescapeMount = %q", got)
-	}
 }

@@ -197,3 +197,15 @@ func TestProbeFilesystems(t *testing.T) {
 		t.Errorf("an empty partition probed as %q", got)
 	}
 }
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/var/lib/kubelet/pods/a\040b`: "/var/lib/kubelet/pods/a b",
+		`/plain`:                       "/plain",
+		`/tab\011end\134`:              "/tab\tend\\",
+	} {
+		if got := UnescapeMount(in); got != want {
+			t.Errorf("UnescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

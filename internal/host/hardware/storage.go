@@ -75,14 +75,14 @@ func (h Host) mounts() map[string]mount {
 		}
 		name := strings.TrimPrefix(tail[1], "/dev/")
 		if _, seen := out[name]; !seen {
-			out[name] = mount{point: unescape(fields[4]), fstype: tail[0]}
+			out[name] = mount{point: UnescapeMount(fields[4]), fstype: tail[0]}
 		}
 	}
 	return out
 }
 
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
+// UnescapeMount undoes the octal escapes of the kernel's mount tables (\040 for a space).
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
