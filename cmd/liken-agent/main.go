@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -93,7 +92,7 @@ func run() error {
 			return h.Read(), h.Network()
 		},
 		Log: log, Metrics: m, Coordinator: coordinatorConfig(*coord),
-		ClockEvery: *keepClock, DHCPTimeServers: dhcpTimeServers,
+		ClockEvery: *keepClock, DHCPTimeServers: network.DHCPTimeServers,
 	}
 	if *keepClock > 0 {
 		acfg.Clock = &clock.Clock{}
@@ -158,10 +157,4 @@ func coordinatorConfig(on bool) *coordinator.Config {
 		return nil
 	}
 	return &coordinator.Config{}
-}
-
-// dhcpTimeServers are the NTP servers the DHCP leases named at boot (init's network step).
-func dhcpTimeServers() []string {
-	b, _ := os.ReadFile(network.TimeServersFile)
-	return strings.Fields(string(b))
 }

@@ -73,7 +73,8 @@ type Config struct {
 	// RestartDelay is how long rendered k3s files must stay unchanged before k3s is
 	// restarted, so a burst of edits ends in one restart.
 	RestartDelay time.Duration
-	// Hardware is reported in status (read once at start by the caller).
+	// Hardware is reported in status (read once at start by the caller), when Inventory is
+	// not set.
 	Hardware *v1alpha1.Hardware
 	// Inventory, when set, reads the hardware and the network links again every
 	// InventoryEvery (zero: 30 s), so status.hardware and status.network follow what
@@ -154,6 +155,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Inventory == nil && cfg.Hardware != nil {
+		// A reading taken once stands for the inventory: one path for status.
+		hw := cfg.Hardware
+		cfg.Inventory = func() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus) { return hw, nil }
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -46,12 +46,6 @@ func (a *Agent) watchInventory(ctx context.Context) {
 
 // inventoryStatus is status.hardware and status.network.
 func (a *Agent) inventoryStatus() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus) {
-	if a.cfg.Inventory == nil {
-		if a.cfg.Hardware == nil {
-			return nil, nil
-		}
-		return a.cfg.Hardware.DeepCopy(), nil
-	}
 	a.invMu.Lock()
 	defer a.invMu.Unlock()
 	return a.inventory.hardware.DeepCopy(), a.inventory.network.DeepCopy()

@@ -19,8 +19,8 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	s.ObservedGeneration = m.Generation
 	s.AppliedGeneration = a.st.MachineGeneration
 	s.AppliedClusterGeneration = a.st.ClusterGeneration
-	if hw, net := a.inventoryStatus(); hw != nil || a.cfg.Inventory != nil {
-		s.Hardware, s.Network = hw, net
+	if a.cfg.Inventory != nil {
+		s.Hardware, s.Network = a.inventoryStatus()
 	}
 	s.Clock = a.clockStatus()
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)

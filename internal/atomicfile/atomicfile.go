@@ -62,3 +62,18 @@ func WriteIfChanged(path string, data []byte, perm os.FileMode) (bool, error) {
 	}
 	return true, Write(path, data, perm)
 }
+
+// Symlink points path at target in one step: a new link beside it, renamed over it. A crash
+// leaves the old link or the new one.
+func Symlink(target, path string) error {
+	tmp := path + ".tmp-link"
+	os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("linking %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replacing %s: %w", path, err)
+	}
+	return nil
+}

@@ -42,3 +42,19 @@ func TestWriteIfChanged(t *testing.T) {
 		}
 	}
 }
+
+func TestSymlinkReplaces(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "current")
+	for _, target := range []string{"a", "b"} {
+		if err := Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.Readlink(p); err != nil || got != target {
+			t.Fatalf("current -> %q (%v), want %q", got, err, target)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("left beside the link: %v", entries)
+	}
+}

@@ -3,8 +3,6 @@ package initd
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
@@ -54,8 +52,7 @@ func (s *system) timeServers() []string {
 	if st, err := (state.Store{Dir: likenState}).Load(); err == nil && st.Applied != nil {
 		servers = st.Applied.Cluster.TimeServers
 	}
-	b, _ := os.ReadFile(network.TimeServersFile)
-	return append(append([]string{}, servers...), strings.Fields(string(b))...)
+	return append(append([]string{}, servers...), network.DHCPTimeServers()...)
 }
 
 // keepClockEvery is how often the agent sets the clock from the time servers.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/preflight"
 	"liken.dev/liken/internal/state"
@@ -39,7 +40,7 @@ func (s *system) hostFiles() error {
 	if made {
 		fmt.Fprintf(s.log, "liken-init: made this machine's ID %s (kept on the state partition)\n", id)
 	}
-	for _, d := range []string{"/run/k3s", "/run/netns", "/var/lib/cni", "/run/liken"} {
+	for _, d := range []string{"/run/k3s", "/run/netns", "/var/lib/cni"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -85,14 +86,7 @@ func machineID(path string) (id string, made bool, err error) {
 	raw[6] = raw[6]&0x0f | 0x40 // a version 4 UUID, as systemd-id128 makes
 	raw[8] = raw[8]&0x3f | 0x80
 	id = hex.EncodeToString(raw)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", false, err
-	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o444); err != nil {
-		return "", false, fmt.Errorf("writing the machine ID: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o444); err != nil {
 		return "", false, fmt.Errorf("writing the machine ID: %w", err)
 	}
 	return id, true, nil
@@ -175,16 +169,11 @@ func (s *system) pointCurrentAt(dir string) {
 			return
 		}
 	}
-	tmp := current + ".liken"
-	os.Remove(tmp)
-	if err := os.Symlink(dir, tmp); err == nil {
-		err = os.Rename(tmp, current)
-		if err == nil {
-			fmt.Fprintf(s.log, "liken-init: k3s's data/current now names %s, the data directory it runs from\n", dir)
-			return
-		}
+	if err := atomicfile.Symlink(dir, current); err != nil {
 		fmt.Fprintf(s.log, "liken-init: warning: pointing k3s's data/current at %s: %v\n", dir, err)
+		return
 	}
+	fmt.Fprintf(s.log, "liken-init: k3s's data/current now names %s, the data directory it runs from\n", dir)
 }
 
 // processEnv reads a process's environment (empty when it has gone).

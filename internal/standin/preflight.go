@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/preflight"
 )
@@ -38,7 +39,7 @@ func unpackDataDir(dataDir string) (string, error) {
 		return "", err
 	}
 	for _, role := range []string{"k3s-server", "k3s-agent"} {
-		if err := replaceLink(self, filepath.Join(aux, "..", role)); err != nil {
+		if err := atomicfile.Symlink(self, filepath.Join(aux, "..", role)); err != nil {
 			return "", err
 		}
 	}
@@ -47,24 +48,14 @@ func unpackDataDir(dataDir string) (string, error) {
 		links[n] = "iptables-detect.sh"
 	}
 	for name, target := range links {
-		if err := replaceLink(target, filepath.Join(aux, name)); err != nil {
+		if err := atomicfile.Symlink(target, filepath.Join(aux, name)); err != nil {
 			return "", err
 		}
 	}
-	if err := replaceLink(dataHash, filepath.Join(dataDir, "data", "current")); err != nil {
+	if err := atomicfile.Symlink(dataHash, filepath.Join(dataDir, "data", "current")); err != nil {
 		return "", err
 	}
 	return dataHash, nil
-}
-
-// replaceLink points p at target, replacing what was there in one step.
-func replaceLink(target, p string) error {
-	tmp := p + ".new"
-	os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
 }
 
 // dataDir is k3s's data directory as this config sets it.

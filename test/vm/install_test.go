@@ -183,13 +183,9 @@ func bootUEFI(t *testing.T, diskPath string, allowReboot bool, nics ...string) *
 func bootUEFIAt(t *testing.T, speed Speed, diskPath string, allowReboot bool, nics ...string) *VM {
 	t.Helper()
 	d := Disk{Path: diskPath}
-	if parts, err := disk.Read(diskPath); err == nil {
-		for _, p := range parts {
-			if p.SectorSize != 512 {
-				d.SectorSize = int(p.SectorSize) // a disk installed with larger sectors boots as one
-			}
-			break
-		}
+	// A disk installed with larger sectors boots as one.
+	if parts, err := disk.Read(diskPath); err == nil && parts[disk.ESP].SectorSize > 512 {
+		d.SectorSize = int(parts[disk.ESP].SectorSize)
 	}
 	return bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{d}, AllowReboot: allowReboot, NICs: nics, Speed: speed})
 }

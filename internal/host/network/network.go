@@ -28,6 +28,12 @@ var ResolvConf = "/run/liken/resolv.conf"
 // for init's clock (internal/initd).
 var TimeServersFile = "/run/liken/dhcp-time-servers"
 
+// DHCPTimeServers are the time servers the DHCP leases named at boot.
+func DHCPTimeServers() []string {
+	b, _ := os.ReadFile(TimeServersFile)
+	return strings.Fields(string(b))
+}
+
 // Apply configures the interfaces and routes in spec and writes the resolvers. It returns
 // what it could not do, item by item, and configures the rest. DHCP leases are renewed until
 // ctx ends; log hears about renewals.

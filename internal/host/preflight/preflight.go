@@ -160,7 +160,7 @@ func (h Host) KernelLog() error {
 func (h Host) ModprobeAll(log io.Writer) error {
 	run := h.Modprobe
 	if run == nil {
-		prog, err := lookPath("modprobe", h.PATH)
+		prog, err := LookPath("modprobe", h.PATH)
 		if err != nil {
 			return fmt.Errorf("k3s finds no modprobe: %w", err)
 		}
@@ -192,7 +192,7 @@ var ErrScript = errors.New("resolves to a script, and the image has no shell to 
 // it up, reaches an ELF program.
 func (h Host) Iptables() error {
 	for _, name := range k3s.IptablesNames {
-		p, err := lookPath(name, h.PATH)
+		p, err := LookPath(name, h.PATH)
 		if err != nil {
 			return fmt.Errorf("%s: not found through PATH %s", name, h.PATH)
 		}
@@ -220,9 +220,7 @@ func (h Host) Iptables() error {
 }
 
 // LookPath finds an executable file name in path, as exec.LookPath does with PATH.
-func LookPath(name, path string) (string, error) { return lookPath(name, path) }
-
-func lookPath(name, path string) (string, error) {
+func LookPath(name, path string) (string, error) {
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {
 			continue

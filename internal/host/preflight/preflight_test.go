@@ -197,7 +197,7 @@ func TestIptablesThroughK3sPATH(t *testing.T) {
 	// And the program found runs as what it is named, in nf_tables mode.
 	path := k3s.ProcessPATH(dataDir, hash, hostPATH, false)
 	for _, n := range k3s.IptablesNames {
-		p, err := lookPath(n, path)
+		p, err := LookPath(n, path)
 		must(t, err)
 		out, err := exec.Command(p, "--version").CombinedOutput()
 		must(t, err)
