@@ -331,10 +331,16 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 	if m.Status.Reboot.ApprovedHash == "" || !strings.Contains(stdout.String(), "vm-2") {
 		t.Errorf("the approval is not on record: status.reboot.approvedHash %q; approve-reboot said %q", m.Status.Reboot.ApprovedHash, stdout.String())
 	}
-	ev := j.eventsOf(t, "vm-2")
+	// The coordinator records its Events after it writes the turn into the Cluster's status,
+	// which is what the test saw: they may reach the API server a moment later.
+	var ev map[string]int
+	wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		ev = j.eventsOf(t, "vm-2")
+		return ev["TurnGranted"] > 0 && ev["Drained"] > 0 && ev["Rebooting"] > 0 && ev["TurnReleased"] > 0, nil
+	})
 	for _, r := range []string{"TurnGranted", "Drained", "Rebooting", "TurnReleased"} {
 		if ev[r] == 0 {
-			t.Errorf("no %s Event for vm-2; got %v", r, ev)
+			t.Errorf("no %s Event for vm-2 within a minute; got %v", r, ev)
 		}
 	}
 
