@@ -14,14 +14,10 @@
 package disk
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"unicode/utf16"
 
 	"golang.org/x/sys/unix"
 )
@@ -106,41 +102,13 @@ func Read(path string) (map[string]Extent, error) {
 		return nil, err
 	}
 	defer f.Close()
-	sector, err := SectorSize(f)
+	t, err := ReadTable(f)
 	if err != nil {
 		return nil, err
 	}
-	hdr := make([]byte, 512)
-	if _, err := f.ReadAt(hdr, sector); err != nil {
-		return nil, fmt.Errorf("reading the partition table of %s: %w", path, err)
-	}
-	if string(hdr[:8]) != "EFI PART" {
-		return nil, fmt.Errorf("%s has no GPT partition table (looked at LBA 1 of %d-byte sectors)", path, sector)
-	}
-	entriesLBA := int64(binary.LittleEndian.Uint64(hdr[72:]))
-	n := int(binary.LittleEndian.Uint32(hdr[80:]))
-	size := int(binary.LittleEndian.Uint32(hdr[84:]))
-	if n > 1024 || size < 128 || size > 4096 {
-		return nil, fmt.Errorf("%s: implausible GPT (%d entries of %d bytes)", path, n, size)
-	}
-	buf := make([]byte, n*size)
-	if _, err := f.ReadAt(buf, entriesLBA*sector); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("reading the partition entries of %s: %w", path, err)
-	}
 	out := map[string]Extent{}
-	for i := 0; i < n; i++ {
-		e := buf[i*size : (i+1)*size]
-		if allZero(e[:16]) {
-			continue
-		}
-		first := int64(binary.LittleEndian.Uint64(e[32:]))
-		last := int64(binary.LittleEndian.Uint64(e[40:]))
-		u := make([]uint16, 36)
-		for j := range u {
-			u[j] = binary.LittleEndian.Uint16(e[56+2*j:])
-		}
-		name := strings.TrimRight(string(utf16.Decode(u)), "\x00")
-		out[name] = Extent{Index: i + 1, Offset: first * sector, Size: (last - first + 1) * sector, Label: name, SectorSize: sector}
+	for _, e := range t.Entries {
+		out[e.Name] = Extent{Index: e.Index, Offset: e.Offset(t.SectorSize), Size: e.Size(t.SectorSize), Label: e.Name, SectorSize: t.SectorSize}
 	}
 	return out, nil
 }
