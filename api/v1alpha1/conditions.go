@@ -45,6 +45,9 @@ const (
 	// ReasonPreflightFailed: a host check k3s needs failed at this boot (iptables through
 	// k3s's PATH reaches no program); the message says which.
 	ReasonPreflightFailed = "PreflightFailed"
+	// ReasonDiskRefused: init left a disk of spec.disks untouched, or could not prepare it;
+	// status.disks says which, what it found and what the spec wants.
+	ReasonDiskRefused = "DiskRefused"
 
 	// ReasonNothingPending: no staged change and no reboot request.
 	ReasonNothingPending = "NothingPending"

@@ -32,6 +32,13 @@ type MachineStatus struct {
 	// +optional
 	Clock *ClockStatus `json:"clock,omitempty"`
 
+	// Disks is what init did at this boot with each disk spec.disks names: prepared,
+	// mounted, or refused (left untouched), with what it found and what the spec wants.
+	// +optional
+	// +listType=map
+	// +listMapKey=device
+	Disks []DiskStatus `json:"disks,omitempty"`
+
 	// Pending lists the changes staged for the next boot or for a reboot of their own,
 	// each with its field, class, old and new value, and since when it waits.
 	// +optional
@@ -409,4 +416,67 @@ type FailedRelease struct {
 	// setting is used; it goes back to false once the setting is cleared.
 	// +optional
 	Retried bool `json:"retried,omitempty"`
+}
+
+// DiskPhase is what became of a disk spec.disks names.
+// +kubebuilder:validation:Enum=Ready;Refused;Failed
+type DiskPhase string
+
+// Disk phases.
+const (
+	// DiskReady: partitioned and formatted as the spec says, its file systems mounted.
+	DiskReady DiskPhase = "Ready"
+	// DiskRefused: the disk was left untouched (its reason says why); the machine runs
+	// without it.
+	DiskRefused DiskPhase = "Refused"
+	// DiskFailed: preparing or mounting it failed part-way; its reason and message say where.
+	DiskFailed DiskPhase = "Failed"
+)
+
+// Reasons a disk has its phase (DiskStatus.Reason); docs/disks.md says what to do for each.
+const (
+	// DiskPrepared: found empty and partitioned, formatted and mounted at this boot.
+	DiskPrepared = "Prepared"
+	// DiskWiped: erased by the spec's one-time wipe, then prepared.
+	DiskWiped = "Wiped"
+	// DiskMounted: found as the spec says and mounted; nothing was formatted.
+	DiskMounted = "Mounted"
+	// DiskLayoutDiffers: the disk's partitions or file systems differ from the spec.
+	DiskLayoutDiffers = "LayoutDiffers"
+	// DiskHoldsData: no partition table, but not empty either (a file system, an MBR, ...).
+	DiskHoldsData = "HoldsData"
+	// DiskInstallDisk: the disk holds liken's own install.
+	DiskInstallDisk = "InstallDisk"
+	// DiskNamedTwice: two entries of spec.disks name the same disk.
+	DiskNamedTwice = "NamedTwice"
+	// DiskNotFound: no such block device, or not a whole disk.
+	DiskNotFound = "NotFound"
+	// DiskTooSmall: the partitions the spec asks for do not fit on the disk.
+	DiskTooSmall = "TooSmall"
+	// DiskSetupFailed: writing the table, formatting or mounting failed.
+	DiskSetupFailed = "SetupFailed"
+)
+
+// DiskStatus is what init did with one disk of spec.disks at this boot.
+type DiskStatus struct {
+	// Device is the disk as spec.disks names it.
+	Device DevicePath `json:"device"`
+	// Path is the block device it names, such as /dev/vdb.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Serial is the disk's serial number; a wipe must name it.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// ContentID identifies what the disk holds: gpt:<disk GUID> for a partition table,
+	// sha256:<...> of its first and last MiB otherwise, empty for an empty disk. A wipe must
+	// name the one shown while the disk is refused.
+	// +optional
+	ContentID string `json:"contentID,omitempty"`
+	// Phase is Ready, Refused or Failed.
+	Phase DiskPhase `json:"phase"`
+	// Reason is one of the documented reasons, such as Prepared or LayoutDiffers.
+	Reason string `json:"reason"`
+	// Message says what init found and, when it differs, what the spec wants.
+	// +optional
+	Message string `json:"message,omitempty"`
 }

@@ -177,6 +177,26 @@ type Disk struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.size) || p == self[size(self) - 1])",message="only the last partition may omit its size"
 	Partitions []Partition `json:"partitions"`
+	// Wipe allows liken to erase this disk once, when it holds data or partitions other
+	// than the spec's: it must name the disk's serial and the content ID status.disks shows
+	// while the disk is refused. Erasing gives the disk a new content ID, so the wipe never
+	// applies twice, and a wipe copied to another Machine names another disk's serial.
+	// +optional
+	Wipe *DiskWipe `json:"wipe,omitempty"`
+}
+
+// DiskWipe names the one disk, and the one content of it, that may be erased.
+type DiskWipe struct {
+	// Serial is the disk's serial number, as status.disks shows it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Serial string `json:"serial"`
+	// ContentID is what the disk holds now, as status.disks shows it.
+	// +required
+	// +kubebuilder:validation:MaxLength=80
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(gpt:[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}|sha256:[0-9a-f]{64})$')",message="contentID is gpt:<disk GUID> or sha256:<64 hex digits>, as status.disks shows it"
+	ContentID string `json:"contentID"`
 }
 
 // Partition is one GPT partition and what lives on it.
