@@ -37,6 +37,7 @@ type MachineStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=device
+	// +kubebuilder:validation:MaxItems=16
 	Disks []DiskStatus `json:"disks,omitempty"`
 
 	// Pending lists the changes staged for the next boot or for a reboot of their own,
@@ -463,20 +464,25 @@ type DiskStatus struct {
 	Device DevicePath `json:"device"`
 	// Path is the block device it names, such as /dev/vdb.
 	// +optional
+	// +kubebuilder:validation:MaxLength=255
 	Path string `json:"path,omitempty"`
 	// Serial is the disk's serial number; a wipe must name it.
 	// +optional
+	// +kubebuilder:validation:MaxLength=255
 	Serial string `json:"serial,omitempty"`
 	// ContentID identifies what the disk holds: gpt:<disk GUID> for a partition table,
 	// sha256:<...> of its first and last MiB otherwise, empty for an empty disk. A wipe must
 	// name the one shown while the disk is refused.
 	// +optional
+	// +kubebuilder:validation:MaxLength=80
 	ContentID string `json:"contentID,omitempty"`
 	// Phase is Ready, Refused or Failed.
 	Phase DiskPhase `json:"phase"`
 	// Reason is one of the documented reasons, such as Prepared or LayoutDiffers.
+	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`
 	// Message says what init found and, when it differs, what the spec wants.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`
 }

@@ -72,6 +72,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		a.queue.AddAfter(keyReconcile, 5*time.Second)
 	}
 	if !a.attemptResolved {
+		if bi := a.bootInfo; bi != nil && bi.BootID != a.st.BootID && bi.Report != nil {
+			a.diskEvents(m, bi.Report.DiskStatus)
+		}
 		if err := a.promoteBootSettings(); err != nil {
 			return err
 		}
@@ -496,4 +499,15 @@ func (a *Agent) writeStatus(ctx context.Context, m *v1alpha1.Machine, out *outco
 	}
 	a.cfg.Metrics.StatusWrites.Inc()
 	return nil
+}
+
+// diskEvents records, once for each boot, what init did with each disk of spec.disks.
+func (a *Agent) diskEvents(m *v1alpha1.Machine, disks []v1alpha1.DiskStatus) {
+	for _, d := range disks {
+		typ, reason := corev1.EventTypeNormal, "Disk"+d.Reason
+		if d.Phase != v1alpha1.DiskReady {
+			typ, reason = corev1.EventTypeWarning, v1alpha1.ReasonDiskRefused
+		}
+		a.events.Eventf(m, typ, reason, "disk %s (%s): %s, %s: %s", d.Device, d.Path, d.Phase, d.Reason, d.Message)
+	}
 }

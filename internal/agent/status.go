@@ -23,6 +23,9 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		s.Hardware, s.Network = a.inventoryStatus()
 	}
 	s.Clock = a.clockStatus()
+	if bi := a.bootInfo; bi != nil && bi.Report != nil {
+		s.Disks = bi.Report.DiskStatus
+	}
 	s.Pending = append([]v1alpha1.PendingChange(nil), a.st.Pending...)
 	s.PendingCount = int32(len(s.Pending))
 	s.PendingHash = change.PendingHash(s.Pending)
@@ -62,6 +65,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		trialFailed:    failed,
 		notAppliedBoot: out.notAppliedBoot,
 		preflight:      out.preflightFailed,
+		disks:          s.Disks,
 	}) {
 		c.ObservedGeneration = m.Generation
 		meta.SetStatusCondition(&s.Conditions, c)
@@ -92,6 +96,8 @@ type condInput struct {
 	notAppliedBoot map[string]string
 	// preflight: how the host check init makes once k3s runs failed.
 	preflight string
+	// disks: what init did with spec.disks at this boot.
+	disks []v1alpha1.DiskStatus
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
 }
@@ -141,6 +147,8 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineDegraded, true, in.trialFailed.Reason, "a trial failed: see the UpgradeFailed condition")
 	case in.preflight != "":
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonPreflightFailed, in.preflight)
+	case len(notReady(in.disks)) > 0:
+		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonDiskRefused, "disks not ready, left untouched or failed (see status.disks): "+strings.Join(notReady(in.disks), "; "))
 	case len(in.notAppliedBoot) > 0:
 		var f []string
 		for field, why := range in.notAppliedBoot {
@@ -164,6 +172,17 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineReady, false, v1alpha1.ReasonReconciling, "the agent has not applied the current spec")
 	default:
 		add(v1alpha1.MachineReady, true, v1alpha1.ReasonReady, "node Ready and spec applied")
+	}
+	return out
+}
+
+// notReady names each disk init did not make ready, with its reason.
+func notReady(disks []v1alpha1.DiskStatus) []string {
+	var out []string
+	for _, d := range disks {
+		if d.Phase != v1alpha1.DiskReady {
+			out = append(out, fmt.Sprintf("%s %s (%s)", d.Device, d.Phase, d.Reason))
+		}
 	}
 	return out
 }

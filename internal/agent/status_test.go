@@ -34,6 +34,11 @@ func TestConditions(t *testing.T) {
 			"RebootPending": "True/ChangesStaged", "Ready": "True/Ready", "ConfigApplied": "True/Applied"}},
 		{"preflight failed", condInput{nodeFound: true, nodeReady: true, preflight: "iptables: resolves to a script"}, map[string]string{
 			"Degraded": "True/PreflightFailed", "Ready": "True/Ready"}},
+		{"disk refused", condInput{nodeFound: true, nodeReady: true, disks: []v1alpha1.DiskStatus{{Device: "/dev/vdb", Phase: v1alpha1.DiskReady}, {Device: "/dev/vdc", Phase: v1alpha1.DiskRefused, Reason: v1alpha1.DiskHoldsData}},
+			notAppliedBoot: map[string]string{"machine.spec.disks": "not ready"}}, map[string]string{
+			"Degraded": "True/DiskRefused", "Ready": "True/Ready"}},
+		{"disks ready", condInput{nodeFound: true, nodeReady: true, disks: []v1alpha1.DiskStatus{{Device: "/dev/vdb", Phase: v1alpha1.DiskReady}}}, map[string]string{
+			"Degraded": "False/Healthy"}},
 		{"no node", condInput{}, map[string]string{"Ready": "False/NodeNotReady"}},
 		{"k3s unhealthy", condInput{nodeFound: true, nodeReady: true, k3sUnhealthy: "answered 503"}, map[string]string{"Ready": "False/K3sNotReady"}},
 		{"node not ready", condInput{nodeFound: true}, map[string]string{"Ready": "False/NodeNotReady"}},

@@ -127,7 +127,7 @@ func splitArgs(s string) []v1alpha1.KernelArg {
 // modules only when init applied them whole and they are what the agent staged; the match
 // init found the machine by. What init could not apply stays pending, and is remembered
 // with init's reason. The release and kernel arguments are grounded in what the boot loader
-// booted instead (groundStaged). Disks are not applied yet: they stay pending.
+// booted instead (groundStaged). Disks count as applied when init made each one ready.
 func (a *Agent) promoteBootSettings() error {
 	bi := a.bootInfo
 	if bi == nil || bi.BootID == a.st.BootID {
@@ -148,6 +148,7 @@ func (a *Agent) promoteBootSettings() error {
 			}{
 				{"machine.spec.network", rep.Network, staged.Machine.Network, func() { promoted.Machine.Network = staged.Machine.Network }},
 				{"machine.spec.kernelModules", rep.KernelModules, staged.Machine.KernelModules, func() { promoted.Machine.KernelModules = staged.Machine.KernelModules }},
+				{"machine.spec.disks", rep.Disks, staged.Machine.Disks, func() { promoted.Machine.Disks = staged.Machine.Disks }},
 			} {
 				switch why := rep.NotApplied[f.field]; {
 				case why != "":

@@ -23,6 +23,7 @@ import (
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/release"
@@ -577,8 +578,35 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 
 	// A boot that applied both: nothing pending.
 	powerCycle("boot-4", &state.BootReport{Network: net, KernelModules: mods2, Modules: []string{"dummy numdummies=4"}})
-	defer s.stop()
 	f.waitFor(t, "o1", "everything applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return len(m.Status.Pending) == 0 && condTrue(m, v1alpha1.MachineReady)
+	})
+
+	// Disks: a boot whose init refused one stays pending, shows status.disks, is Degraded
+	// with DiskRefused and says so in an Event; a boot that made it ready applies it.
+	disks := []v1alpha1.Disk{{Device: "/dev/disk/by-id/virtio-data1", Partitions: []v1alpha1.Partition{{Label: "data", Filesystem: "ext4", MountPoint: "/var/mnt/data"}}}}
+	f.editMachine("o1", func(m *v1alpha1.Machine) { m.Spec.Disks = disks })
+	f.waitFor(t, "o1", "the disks staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.disks") })
+	refused := v1alpha1.DiskStatus{Device: disks[0].Device, Path: "/dev/vdb", Serial: "data1", ContentID: "sha256:" + strings.Repeat("ab", 32),
+		Phase: v1alpha1.DiskRefused, Reason: v1alpha1.DiskHoldsData, Message: "found an ext2/3/4 file system"}
+	powerCycle("boot-5", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{refused},
+		NotApplied: map[string]string{"machine.spec.disks": "not ready: /dev/disk/by-id/virtio-data1: HoldsData (see status.disks)"}})
+	f.waitFor(t, "o1", "the refused disk in status and Degraded", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
+		return hasPending(m, "machine.spec.disks") && len(m.Status.Disks) == 1 && m.Status.Disks[0] == refused &&
+			c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonDiskRefused && strings.Contains(c.Message, "HoldsData")
+	})
+	waitCount(t, "a DiskRefused Event", func() bool {
+		list, err := f.admin.CoreV1().Events(authority.EventNamespace).List(context.Background(),
+			metav1.ListOptions{FieldSelector: "involvedObject.name=o1,reason=" + v1alpha1.ReasonDiskRefused})
+		return err == nil && len(list.Items) == 1 && strings.Contains(list.Items[0].Message, "found an ext2/3/4 file system")
+	})
+	ready := refused
+	ready.Phase, ready.Reason, ready.Message, ready.ContentID = v1alpha1.DiskReady, v1alpha1.DiskWiped, "1 of 1 partitions formatted", "gpt:0FC63DAF-8483-4772-8E79-3D69D8477DE4"
+	powerCycle("boot-6", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}})
+	defer s.stop()
+	f.waitFor(t, "o1", "the disks applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return len(m.Status.Pending) == 0 && len(m.Status.Disks) == 1 && m.Status.Disks[0].Phase == v1alpha1.DiskReady &&
+			!meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded)
 	})
 }

@@ -70,7 +70,7 @@ func moduleParams(p map[string]v1alpha1.ModuleParameterValue) string {
 	return strings.Join(kv, " ")
 }
 
-// useStaged takes the settings applied at boot (network, kernel modules) from the spec the
+// useStaged takes the settings applied at boot (network, kernel modules, disks) from the spec the
 // agent staged last, which is newer than the layer's manifest: a change staged for the next
 // boot takes effect at this one. It also applies the sysctls the agent last applied.
 func (s *system) useStaged() {
@@ -80,7 +80,8 @@ func (s *system) useStaged() {
 	}
 	s.machine.Spec.Network = st.Staged.Machine.Network
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
-	fmt.Fprintln(s.log, "liken-init: network and kernel modules from the spec the agent staged")
+	s.machine.Spec.Disks = st.Staged.Machine.Disks
+	fmt.Fprintln(s.log, "liken-init: network, kernel modules and disks from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
 	if a := st.Applied; a != nil {
 		want := sysctl.Merge(a.Cluster.Sysctls, a.Machine.Sysctls)

@@ -62,6 +62,7 @@ func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s f
 		fmt.Fprintf(s.log, "liken-init: %v\n", err)
 	}
 	s.boot.record(func(r *state.BootRecord) { r.Shutdown = how })
+	s.unmountDataDisks()
 	unix.Sync()
 	unix.Unmount("/etc/rancher", 0)
 	if err := unix.Unmount(stateMount, 0); err != nil {

@@ -104,6 +104,7 @@ func systemStage(log io.Writer) (*system, error) {
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
 		{"loading the machine's kernel modules", s.machineModules},
+		{"preparing the data disks", s.dataDisks},
 		{"configuring the network", s.network},
 		{"setting the clock", s.setClock},
 		{"preparing k3s", s.prepareK3s},

@@ -360,6 +360,9 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 			return err
 		}
 	}
+	if err := stageMkfsTools(stage, put); err != nil {
+		return fmt.Errorf("the data disks' mkfs tools: %w", err)
+	}
 	files, err := stageModules(k, stage, put)
 	if err != nil {
 		return err

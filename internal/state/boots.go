@@ -50,6 +50,9 @@ type BootReport struct {
 	// the agent staged last, or the layer's manifest).
 	Network       *v1alpha1.MachineNetwork `json:"network,omitempty"`
 	KernelModules []v1alpha1.KernelModule  `json:"kernelModules,omitempty"`
+	// Disks is the spec.disks init used at this boot, and DiskStatus what became of each.
+	Disks      []v1alpha1.Disk       `json:"disks,omitempty"`
+	DiskStatus []v1alpha1.DiskStatus `json:"diskStatus,omitempty"`
 	// NotApplied maps a field ("machine.spec.network") to why init could not apply all of it.
 	NotApplied map[string]string `json:"notApplied,omitempty"`
 	// Modules are the Machine's modules init loaded, each as "name param=value ...".

@@ -758,3 +758,16 @@ func Unmount(statuses []v1alpha1.DiskStatus, disks []v1alpha1.Disk) []error {
 	}
 	return errs
 }
+
+// WholeDisk names the disk a partition device is on (/dev/vda for /dev/vda3), "" if it
+// cannot tell.
+func WholeDisk(sys, dev, part string) string {
+	real, err := filepath.EvalSymlinks(filepath.Join(sys, "class", "block", filepath.Base(part)))
+	if err != nil {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(real, "partition")); err != nil {
+		return ""
+	}
+	return filepath.Join(dev, filepath.Base(filepath.Dir(real)))
+}

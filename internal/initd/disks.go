@@ -1,0 +1,50 @@
+package initd
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/host/datadisk"
+	"liken.dev/liken/internal/initramfs"
+)
+
+// dataDisks prepares the disks spec.disks names (internal/host/datadisk), before k3s, so
+// a mount k3s's data needs is there when it starts. A disk left untouched or failed never
+// fails the boot: the machine runs without it, and status.disks says why.
+func (s *system) dataDisks() error {
+	if err := datadisk.LinkByID("/dev", "/sys"); err != nil {
+		fmt.Fprintf(s.log, "liken-init: warning: /dev/disk/by-id: %v\n", err)
+	}
+	disks := s.machine.Spec.Disks
+	s.report.Disks = disks
+	if len(disks) == 0 {
+		return nil
+	}
+	env := datadisk.Env{Dev: "/dev", Sys: "/sys", Tools: datadisk.ImageTools(), Wait: 10 * time.Second, Log: s.log}
+	if dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.State, time.Second); err == nil {
+		env.InstallDisk = datadisk.WholeDisk("/sys", "/dev", dev)
+	}
+	start := time.Now()
+	s.report.DiskStatus = env.Apply(disks)
+	var refused []string
+	for _, st := range s.report.DiskStatus {
+		if st.Phase != v1alpha1.DiskReady {
+			refused = append(refused, fmt.Sprintf("%s: %s", st.Device, st.Reason))
+		}
+	}
+	fmt.Fprintf(s.log, "liken-init: data disks done in %s: %d of %d ready\n", time.Since(start).Round(time.Millisecond), len(disks)-len(refused), len(disks))
+	if len(refused) > 0 {
+		s.notApplied("machine.spec.disks", "not ready: "+strings.Join(refused, ", ")+" (see status.disks)")
+	}
+	return nil
+}
+
+// unmountDataDisks unmounts what dataDisks mounted, for a shutdown.
+func (s *system) unmountDataDisks() {
+	for _, err := range datadisk.Unmount(s.report.DiskStatus, s.report.Disks) {
+		fmt.Fprintf(s.log, "liken-init: %v\n", err)
+	}
+}
