@@ -60,6 +60,8 @@ type Disk struct {
 	// SectorSize, when set, is the disk's logical (and physical) sector size, such as 4096;
 	// by default 512.
 	SectorSize int
+	// Serial, when set, is the serial number the disk reports (/sys/block/vdX/serial).
+	Serial string
 }
 
 // Args are qemu-system-x86_64's arguments for m, the serial console on stdio. With UEFI, the
@@ -127,13 +129,19 @@ func (m Machine) Args() ([]string, error) {
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}
-		if d.SectorSize == 0 {
+		if d.SectorSize == 0 && d.Serial == "" {
 			args = append(args, "-drive", spec+",if=virtio")
 			continue
 		}
 		id := fmt.Sprintf("disk%d", i)
-		args = append(args, "-drive", spec+",if=none,id="+id,
-			"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,logical_block_size=%d,physical_block_size=%d", id, d.SectorSize, d.SectorSize))
+		dev := "virtio-blk-pci,drive=" + id
+		if d.SectorSize != 0 {
+			dev += fmt.Sprintf(",logical_block_size=%d,physical_block_size=%d", d.SectorSize, d.SectorSize)
+		}
+		if d.Serial != "" {
+			dev += ",serial=" + d.Serial
+		}
+		args = append(args, "-drive", spec+",if=none,id="+id, "-device", dev)
 	}
 	return args, nil
 }

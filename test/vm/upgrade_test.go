@@ -19,6 +19,7 @@ import (
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
 
@@ -218,11 +219,16 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	// Ready) for 40 s, as when a kubelet has not reported yet: a trial must not commit on it.
 	// On a disk of 4096-byte sectors, as many servers' are: install, boot, the slot write and
 	// the trial all go through its sectors (the other tests' disks have 512-byte sectors).
-	j := joinClusterOn(t, 4096, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
-	vm := bootUEFI(t, j.disk, true, vmMAC)
-	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
-		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	// Two data disks (vmDisks), k3s's data directory on one of them, are prepared at the
+	// first boot and mounted, nothing formatted, at each boot after.
+	j := joinMachines(t, apiserver.Options{}, 4096, []string{vmMachine + vmDisks}, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
+	data1, data2 := dataDisk(t, "data1", 200), dataDisk(t, "data2", 64)
+	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: data1, Serial: "data1"}, {Path: data2, Serial: "data2"}}, true, vmMAC)
+	j.waitMachine(t, "release A running from slot A, its data disks prepared", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 &&
+			disksAre(m, v1alpha1.DiskPrepared, v1alpha1.DiskPrepared)
 	})
+	firstSetup := consoleLine(vm.Console(), "liken-init: data disks done in ")
 
 	start := time.Now()
 	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version = releaseB })
@@ -256,10 +262,17 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	if c := vm.Console()[mark:]; !inOrder(c, "liken-grub: booting slot B (trial 1)", "k3s-standin: fault late-boot-id over", "liken-init: trial of slot B committed") {
 		t.Errorf("the trial was committed before k3s reported this boot's ID")
 	}
-	j.waitMachine(t, "release B committed on slot B", 3*time.Minute, func(m *v1alpha1.Machine) bool {
-		return running(m, "B", releaseB) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	m = j.waitMachine(t, "release B committed on slot B, its data disks mounted", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "B", releaseB) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 &&
+			disksAre(m, v1alpha1.DiskMounted, v1alpha1.DiskMounted)
 	})
 	upgraded := time.Since(start)
+	for _, d := range m.Status.Disks {
+		if !strings.HasPrefix(d.Message, "nothing formatted") {
+			t.Errorf("the upgrade's boot: %s: %s", d.Device, d.Message)
+		}
+	}
+	laterSetup := consoleLine(vm.Console()[mark:], "liken-init: data disks done in ")
 	j.waitTurnBack(t)
 	if env := espEnv(t, j.disk, nil); env[bootloader.EnvDefaultSlot] != "B" || env[bootloader.EnvTrialSlot] != "" {
 		t.Errorf("after the commit the boot loader's environment is %v; want default B, no trial", env)
@@ -279,8 +292,9 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	j.expectRebootSaid(t, vm, mark, 1)
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)
 	expectAfter(t, vm, mark, "liken-init: trial of slot A committed", 5*time.Minute)
-	j.waitMachine(t, "release A committed on slot A", 3*time.Minute, func(m *v1alpha1.Machine) bool {
-		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0
+	j.waitMachine(t, "release A committed on slot A, its data disks mounted", 3*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 &&
+			disksAre(m, v1alpha1.DiskMounted, v1alpha1.DiskMounted)
 	})
 	rolledBack := time.Since(start)
 	j.waitTurnBack(t)
@@ -299,6 +313,13 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	if s := states(); !contains(s, v1alpha1.RebootRebooting) || (contains(s, v1alpha1.RebootDraining) && index(s, v1alpha1.RebootDraining) > index(s, v1alpha1.RebootRebooting)) {
 		t.Errorf("status.reboot.state went through %v; the machine must say Rebooting before going down (and Draining, if at all, before that)", s)
 	}
+	// What k3s wrote on the data disk at the first boot is there after two reboots and two
+	// trials: its data directory for release A, and the link to the one it runs.
+	vm.Kill()
+	if ls := partitionFiles(t, data1, 2); !strings.Contains(ls, "current") || strings.Count(ls, "\n") < 4 {
+		t.Errorf("k3s's data directory on the data disk holds:\n%s", ls)
+	}
+	report.Line("data disks in the VM (TCG, two virtio disks, four partitions): first boot %s; the upgrade's boot %s", strings.TrimSpace(firstSetup), strings.TrimSpace(laterSetup))
 	report.Line("upgrade in the VM (TCG; each boot's Node reports its boot ID 40 s late, so each commit waits 40 s more): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
 		sizeOf(t, releaseB), staged.Round(time.Second), upgraded.Round(time.Second), rolledBack.Round(time.Second))
 }

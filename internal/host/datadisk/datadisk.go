@@ -205,6 +205,9 @@ func (e Env) resolve(path string) (string, uint64, error) {
 		if time.Now().After(deadline) {
 			return "", 0, fmt.Errorf("no disk %s appeared within %s", path, e.Wait)
 		}
+		if strings.HasPrefix(path, filepath.Join(e.Dev, "disk", "by-id")+"/") {
+			LinkByID(e.Dev, e.Sys) // for a disk that appeared since
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }

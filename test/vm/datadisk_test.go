@@ -1,0 +1,197 @@
+package vm
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/test/report"
+)
+
+// vmDisks is spec.disks for vm-1's two extra virtio disks (serials data1 and data2): on
+// the first, a plain data partition and k3s's own data directory (a mount k3s needs,
+// made before it starts); on the second a FAT partition and swap.
+const vmDisks = `  disks:
+    - device: /dev/disk/by-id/virtio-data1
+      partitions:
+        - label: data
+          size: 64Mi
+          mountPoint: /var/mnt/data
+        - label: k3s-data
+          mountPoint: /var/lib/rancher/k3s/data
+    - device: /dev/disk/by-id/virtio-data2
+      partitions:
+        - label: scratch
+          size: 40Mi
+          filesystem: vfat
+          mountPoint: /var/mnt/scratch
+        - label: swap
+          filesystem: swap
+`
+
+// dataDisk makes an empty disk image of sizeMiB for a test.
+func dataDisk(t *testing.T, name string, sizeMiB int64) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name+".img")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, sizeMiB<<20); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// bootUEFIWithDisks is bootUEFI with more virtio disks after the install disk.
+func bootUEFIWithDisks(t *testing.T, diskPath string, extra []Disk, allowReboot bool, nics ...string) *VM {
+	t.Helper()
+	d := Disk{Path: diskPath}
+	if parts, err := disk.Read(diskPath); err == nil && parts[disk.ESP].SectorSize > 512 {
+		d.SectorSize = int(parts[disk.ESP].SectorSize)
+	}
+	return bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: append([]Disk{d}, extra...), AllowReboot: allowReboot, NICs: nics})
+}
+
+// diskState is status.disks as "device phase/reason", in order.
+func diskState(m *v1alpha1.Machine) []string {
+	var out []string
+	for _, d := range m.Status.Disks {
+		out = append(out, string(d.Device)+" "+string(d.Phase)+"/"+d.Reason)
+	}
+	return out
+}
+
+func disksAre(m *v1alpha1.Machine, reasons ...string) bool {
+	if len(m.Status.Disks) != len(reasons) {
+		return false
+	}
+	for i, d := range m.Status.Disks {
+		if d.Phase != v1alpha1.DiskReady || d.Reason != reasons[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// partitionFiles lists the root directory of partition n of a disk image, read with
+// debugfs from a read-only loop device over the partition (the VM is stopped).
+func partitionFiles(t *testing.T, img string, n int) string {
+	t.Helper()
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := disk.ReadTable(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tb.Entries {
+		if e.Index != n {
+			continue
+		}
+		out, err := exec.Command("losetup", "--find", "--show", "--read-only", "--offset", strconv.FormatInt(e.Offset(tb.SectorSize), 10),
+			"--sizelimit", strconv.FormatInt(e.Size(tb.SectorSize), 10), img).CombinedOutput()
+		if err != nil {
+			t.Fatalf("losetup: %v: %s", err, out)
+		}
+		loop := strings.TrimSpace(string(out))
+		defer exec.Command("losetup", "-d", loop).Run()
+		ls, err := exec.Command("debugfs", "-R", "ls -l /", loop).CombinedOutput()
+		if err != nil {
+			t.Fatalf("debugfs: %v: %s", err, ls)
+		}
+		return string(ls)
+	}
+	t.Fatalf("%s has no partition %d", img, n)
+	return ""
+}
+
+// TestDataDiskRefusedThenWipedOnce: a disk holding data that spec.disks names is left
+// untouched (not one byte changes) while the machine boots and runs k3s; status.disks says
+// what it found, with its serial and content ID; the Machine is Degraded/DiskRefused and an
+// Event says so. A wipe naming that serial and content, approved, erases it once and
+// prepares it.
+func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
+	held := dataDisk(t, "held", 96)
+	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", "-L", "old-data", held).CombinedOutput(); err != nil {
+		t.Fatalf("mke2fs: %v: %s", err, out)
+	}
+	before := fileSum(t, held)
+	const spec = `  disks:
+    - device: /dev/disk/by-id/virtio-olddata
+      partitions:
+        - label: data
+          mountPoint: /var/mnt/data
+`
+	j := joinAs(t, vmMachine+spec, "")
+	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: held, Serial: "olddata"}}, true, vmMAC)
+	start := time.Now()
+	m := j.waitMachine(t, "the disk refused, k3s running", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
+		return len(m.Status.Disks) == 1 && m.Status.Disks[0].Reason == v1alpha1.DiskHoldsData &&
+			c != nil && c.Reason == v1alpha1.ReasonDiskRefused && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady)
+	})
+	refusedAfter := time.Since(start)
+	d := m.Status.Disks[0]
+	if d.Phase != v1alpha1.DiskRefused || d.Serial != "olddata" || !strings.HasPrefix(d.Path, "/dev/vd") || !strings.HasPrefix(d.ContentID, "sha256:") ||
+		!strings.Contains(d.Message, "found an ext2/3/4 file system") {
+		t.Errorf("status.disks: %+v", d)
+	}
+	j.waitEvents(t, "vm-1", v1alpha1.ReasonDiskRefused, 1)
+	if got := fileSum(t, held); got != before {
+		t.Errorf("the refused disk changed while the machine ran")
+	}
+
+	// The wipe names the disk's serial and what it holds: one approved reboot erases and
+	// prepares it.
+	mark := vm.Mark()
+	j.editMachine(t, func(m *v1alpha1.Machine) {
+		m.Spec.Disks[0].Wipe = &v1alpha1.DiskWipe{Serial: d.Serial, ContentID: d.ContentID}
+	})
+	j.waitMachine(t, "the wipe staged", 2*time.Minute, func(m *v1alpha1.Machine) bool { return hasPending(m, "machine.spec.disks") })
+	approved := time.Now()
+	j.approve(t)
+	expectAfter(t, vm, mark, "liken-init: disk /dev/disk/by-id/virtio-olddata: wiping "+d.Path+" (an ext2/3/4 file system)", 5*time.Minute)
+	m = j.waitMachine(t, "the disk wiped and prepared", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return disksAre(m, v1alpha1.DiskWiped) && len(m.Status.Pending) == 0 && !meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded)
+	})
+	if m.Status.Disks[0].ContentID == d.ContentID || !strings.HasPrefix(m.Status.Disks[0].ContentID, "gpt:") {
+		t.Errorf("after the wipe the content ID is %s", m.Status.Disks[0].ContentID)
+	}
+	wiped := time.Since(approved)
+	j.waitEvents(t, "vm-1", "DiskWiped", 1)
+	j.waitEvents(t, "vm-1", v1alpha1.ReasonDiskRefused, 1) // none more: the wiped boot refused nothing
+	report.Line("data disk in the VM (TCG): the disk holding data refused, untouched and reported %s after the VM started; approval of the wipe to the disk wiped, prepared and reported %s",
+		refusedAfter.Round(time.Second), wiped.Round(time.Second))
+}
+
+// waitEvents waits up to a minute for n Events of a reason about a Machine (the agent
+// records them after the status they go with), then checks there are no more than n.
+func (j *joined) waitEvents(t *testing.T, name, reason string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for j.eventsOf(t, name)[reason] < n && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+	}
+	if got := j.eventsOf(t, name)[reason]; got != n {
+		t.Errorf("%d %s Events about %s; want %d", got, reason, name, n)
+	}
+}
+
+func fileSum(t *testing.T, p string) string {
+	t.Helper()
+	out, err := exec.Command("sha256sum", p).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))[0]
+}
