@@ -80,7 +80,8 @@ type sim struct {
 }
 
 // initReport makes the boot's report as init does when a test gives none: init applied the
-// network and kernel modules the agent staged last (internal/initd useStaged).
+// network its trial rules give (state.BootNetwork), and the kernel modules and disks the
+// agent staged last (internal/initd useStaged).
 func (b *fakeBoot) initReport(stateDir string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -89,7 +90,16 @@ func (b *fakeBoot) initReport(stateDir string) {
 	}
 	r := &state.BootReport{PreflightDone: true} // the sim has no k3s for init to check
 	if st, err := (state.Store{Dir: stateDir}).Load(); err == nil && st.Staged != nil {
-		r.Network, r.KernelModules = st.Staged.Machine.Network, st.Staged.Machine.KernelModules
+		r.Network, _ = st.BootNetwork(b.info.Trial, b.info.Slot)
+		r.KernelModules, r.Disks = st.Staged.Machine.KernelModules, st.Staged.Machine.Disks
+		for _, d := range r.Disks {
+			ds := v1alpha1.DiskStatus{Device: d.Device, Phase: v1alpha1.DiskReady, Reason: v1alpha1.DiskPrepared}
+			if b.refuseDisks {
+				ds.Phase, ds.Reason = v1alpha1.DiskRefused, v1alpha1.DiskHoldsData
+				r.NotApplied = map[string]string{"machine.spec.disks": "not ready: " + string(d.Device) + ": HoldsData (see status.disks)"}
+			}
+			r.DiskStatus = append(r.DiskStatus, ds)
+		}
 	}
 	b.info.Report = r
 }

@@ -120,7 +120,7 @@ func TestLastWordsBeforeReboot(t *testing.T) {
 
 	// The next boot loses the API server just as it says it is rebooting.
 	w1.stop()
-	boot.boot("boot-2", "A", false, "")
+	boot.bootAsArmed("boot-2")
 	cut := &cutter{marker: []byte("Rebooting")}
 	w1.wrap, w1.lastWords = cut.wrap, 2*time.Second
 	w1.start(t)
@@ -149,7 +149,7 @@ func TestLastWordsBeforeReboot(t *testing.T) {
 
 	// The boot after: the API server is back, and the kept Event is said, marked as late.
 	w1.stop()
-	boot.boot("boot-3", "A", false, "")
+	boot.bootAsArmed("boot-3")
 	w1.wrap = nil
 	w1.start(t)
 	waitCount(t, "the kept Rebooting Event sent late", func() bool {
@@ -214,8 +214,8 @@ func TestApprovedRebootWithoutNewRelease(t *testing.T) {
 	}
 	approve(f, "n1")
 	waitCount(t, "the approved reboot", func() bool { return boot.rebootCount() == 1 })
-	if r := boot.lastReboot(); r.TrialSlot != "" {
-		t.Errorf("reboot request %+v; a network change boots no trial", r)
+	if r := boot.lastReboot(); r.TrialSlot != "A" || r.TrialArgs != "" {
+		t.Errorf("reboot request %+v; a network change boots as a trial of the running slot", r)
 	}
 	f.waitFor(t, "n1", "status Rebooting", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return m.Status.Reboot.State == v1alpha1.RebootRebooting
@@ -280,7 +280,7 @@ func TestRebootRequest(t *testing.T) {
 		if lose {
 			os.RemoveAll(filepath.Join(q1.dir, "state"))
 		}
-		boot.boot(fmt.Sprintf("boot-%d", i+2), "A", false, "")
+		boot.bootAsArmed(fmt.Sprintf("boot-%d", i+2))
 		if lose {
 			// A machine clock an hour behind: only the status says the request was done.
 			boot.mu.Lock()

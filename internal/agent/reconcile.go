@@ -19,6 +19,7 @@ import (
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/state"
 )
 
 // outcome collects what one reconcile did, for status, Events and the state file.
@@ -191,6 +192,12 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 		a.forgetFailure(at.Digest)
 		if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == at.KernelArgs {
 			a.st.FailedKernelArgs = nil
+		}
+		if at.Network != "" && bi.Report != nil {
+			a.st.GoodNetwork = &state.GoodNetwork{Network: bi.Report.Network}
+			if fn := a.st.FailedNetwork; fn != nil && fn.Args == at.Network {
+				a.st.FailedNetwork = nil
+			}
 		}
 		a.st.Attempt = nil
 		if err := a.cfg.State.Save(a.st); err != nil {

@@ -219,12 +219,12 @@ func TestKilledAfterEachStep(t *testing.T) {
 	}
 }
 
-// comeBack is the machine going down and booting again (as boot id, on slot A, with what
-// init applies at boot applied), its agent starting anew.
+// comeBack is the machine going down and booting again (as boot id, as its last reboot
+// armed it, with what init applies at boot applied), its agent starting anew.
 func (s *sim) comeBack(t *testing.T, boot *fakeBoot, id string) {
 	t.Helper()
 	s.stop()
-	boot.boot(id, "A", false, "")
+	boot.bootAsArmed(id)
 	s.start(t)
 }
 
@@ -251,6 +251,7 @@ func (f *fixture) running(t *testing.T, name string, boot *fakeBoot) *sim {
 func TestNoRebootLoop(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"loop1": v1alpha1.RoleAgent})
 	boot := f.bootedOnClusterRelease(t)
+	boot.refuseDisks = true // each boot finds the disk holding data
 	s := f.running(t, "loop1", boot)
 	f.editMachine("loop1", func(m *v1alpha1.Machine) {
 		m.Spec.RebootPolicy = ptr(v1alpha1.RebootAuto)
@@ -378,7 +379,7 @@ func TestSingleServerRebootsWithAPIOffline(t *testing.T) {
 			env.StartAPIServer(context.Background())
 		}
 	})
-	boot.boot("boot-2", "A", false, "")
+	boot.bootAsArmed("boot-2")
 	s.start(t) // before its API server answers, as on a real server
 	time.Sleep(3 * time.Second)
 	if err := env.StartAPIServer(context.Background()); err != nil {
@@ -479,7 +480,7 @@ func TestCoordinatorHandsOverItsLease(t *testing.T) {
 		t.Errorf("the Lease's holders went %q: lead1 did not give it up before lead2 led", seen)
 	}
 	t.Logf("lead2 led %s after lead1's agent stopped (Lease duration %s); holders %q", took.Round(time.Millisecond), fastCoordinator.LeaseDuration, seen)
-	boots["lead1"].boot("boot-2", "A", false, "")
+	boots["lead1"].bootAsArmed("boot-2")
 	sims["lead1"].start(t)
 	f.settledAfterReboot(t, "lead1")
 	for n, b := range boots {

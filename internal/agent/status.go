@@ -73,14 +73,19 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	return s
 }
 
-// onlyVersionsPending: the only Reboot-class entries pending are releases.
-func onlyVersionsPending(pending []v1alpha1.PendingChange) bool {
-	for _, p := range pending {
-		if p.Class == v1alpha1.Reboot && p.Field != "cluster.spec.version" && p.Field != "machine.spec.version" {
-			return false
-		}
+// notRetried says a pending field's value failed its trial here and is not tried again
+// (a release, or spec.network's settings), so it alone is no reason to reboot.
+func (v *upgradeView) notRetried(field string) bool {
+	if v == nil {
+		return false
 	}
-	return true
+	switch field {
+	case "cluster.spec.version", "machine.spec.version":
+		return v.status.State == v1alpha1.UpgradeFellBack
+	case "machine.spec.network":
+		return v.networkFailed
+	}
+	return false
 }
 
 // condInput is what the conditions are computed from.

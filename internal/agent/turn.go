@@ -40,16 +40,20 @@ func (a *Agent) healthy(out *outcome) (bool, string) {
 }
 
 func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v1alpha1.PendingChange, hash string, out *outcome) rebootView {
-	var fields []string
+	var fields, failed []string
 	for _, p := range pending {
-		if p.Class == v1alpha1.Reboot {
+		switch {
+		case p.Class != v1alpha1.Reboot:
+		case out.view.notRetried(p.Field):
+			failed = append(failed, p.Field)
+		default:
 			fields = append(fields, p.Field)
 		}
 	}
 	none := ""
-	if v := out.view; v != nil && v.status.State == v1alpha1.UpgradeFellBack && onlyVersionsPending(pending) {
-		// A release that failed its trial here is not retried, so it alone asks for no reboot.
-		fields, none = nil, "no reboot: the wanted release failed its trial here"
+	if len(fields) == 0 && len(failed) > 0 {
+		// What failed its trial here is not retried, so it alone asks for no reboot.
+		none = "no reboot: " + strings.Join(failed, ", ") + " failed a trial here and is not tried again until the spec changes"
 	}
 	var turn *v1alpha1.Turn
 	for i, t := range c.Status.Turns {

@@ -66,7 +66,12 @@ type upgradeView struct {
 	releaseReady bool
 	// trialSlot and trialArgs are what a reboot now would try; empty slot: a plain reboot.
 	trialSlot, trialArgs string
-	wantVersion, digest  string
+	// trialNetwork is the hash of the network settings a reboot now would try, when they are
+	// not the last good ones (fromNetwork); empty: the reboot keeps the network.
+	trialNetwork, fromNetwork string
+	// networkFailed: spec.network's settings failed their trial here; not tried again.
+	networkFailed       bool
+	wantVersion, digest string
 	// failed is the failure to report in UpgradeFailed, if the wanted release or arguments
 	// failed their trial.
 	failed *v1alpha1.FailedRelease
@@ -159,8 +164,18 @@ func (a *Agent) promoteBootSettings() error {
 					a.log.Warn("this boot ran without the staged value; it stays pending", "field", f.field)
 				}
 			}
+			if _, failed := rep.NotApplied["machine.spec.network"]; !failed {
+				// What runs is applied, whatever a trial before promoted.
+				promoted.Machine.Network = rep.Network
+			}
 		}
 		a.st.Applied = &promoted
+	}
+	if rep := bi.Report; rep != nil && (!bi.Trial || bi.Committed) {
+		// Outside a trial, the network init applied whole is the one to fall back to.
+		if _, failed := rep.NotApplied["machine.spec.network"]; !failed {
+			a.st.GoodNetwork = &state.GoodNetwork{Network: rep.Network}
+		}
 	}
 	a.st.BootID = bi.BootID
 	return a.cfg.State.Save(a.st)
@@ -219,7 +234,9 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	if at == nil || bi == nil || bi.BootID == at.BootID {
 		return nil // no trial, or the reboot has not happened yet
 	}
-	if bi.Slot == at.Slot && bi.KernelArgs == at.KernelArgs {
+	// A trial of network settings alone boots the same slot with the same arguments as the
+	// boot after its failure: the boot log says whether it committed.
+	if bi.Slot == at.Slot && bi.KernelArgs == at.KernelArgs && (at.Network == "" || bi.Trial || trialCommitted(at, bi.Boots)) {
 		if bi.Trial && !bi.Committed {
 			return nil // this boot is the trial: commitTrial settles it
 		}
@@ -248,6 +265,10 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 		a.st.FailedKernelArgs = &state.FailedArgs{Args: at.KernelArgs, Reason: reason, Message: msg, At: now}
 		what = append(what, fmt.Sprintf("kernel arguments %q", at.KernelArgs))
 	}
+	if at.Network != "" && at.Network != at.FromNetwork {
+		a.st.FailedNetwork = &state.FailedArgs{Args: at.Network, Reason: reason, Message: msg, At: now}
+		what = append(what, "the network settings of spec.network")
+	}
 	a.st.Attempt = nil
 	if err := a.cfg.State.Save(a.st); err != nil {
 		return err
@@ -273,6 +294,32 @@ func (a *Agent) failedRelease(digest string) *v1alpha1.FailedRelease {
 		if a.st.FailedReleases[i].Digest == digest {
 			return &a.st.FailedReleases[i]
 		}
+	}
+	return nil
+}
+
+// trialCommitted reports whether the trial boot after at committed, by init's boot log.
+func trialCommitted(at *state.Attempt, boots []state.BootRecord) bool {
+	after := false
+	for _, b := range boots {
+		switch {
+		case b.ID == at.BootID:
+			after = true
+		case after && b.Trial && b.Slot == at.Slot:
+			return b.Reached == state.ReachedCommitted
+		}
+	}
+	return false
+}
+
+// goodNetwork is the network the machine falls back to: the last one it ran outside a
+// trial, or committed in one.
+func (a *Agent) goodNetwork() *v1alpha1.MachineNetwork {
+	if g := a.st.GoodNetwork; g != nil {
+		return g.Network
+	}
+	if a.st.Applied != nil {
+		return a.st.Applied.Machine.Network
 	}
 	return nil
 }
@@ -366,6 +413,16 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.trialArgs = bi.KernelArgs // not tried again until the spec changes them
 		v.failed = &v1alpha1.FailedRelease{Reason: fa.Reason, Message: fmt.Sprintf("kernel arguments %q failed their trial: %s", fa.Args, fa.Message), At: fa.At}
 	}
+	v.fromNetwork = state.NetworkHash(a.goodNetwork())
+	if h := state.NetworkHash(m.Spec.Network); h != v.fromNetwork {
+		if fn := a.st.FailedNetwork; fn != nil && fn.Args == h {
+			// Not tried again until the spec asks for other settings.
+			v.failed = &v1alpha1.FailedRelease{Reason: fn.Reason, Message: "the network settings of spec.network failed their trial; the machine runs its last good ones: " + fn.Message, At: fn.At}
+			v.networkFailed = true
+		} else {
+			v.trialNetwork = h
+		}
+	}
 	version, digest := wanted(m, c)
 	v.wantVersion, v.digest = version, digest
 	switch {
@@ -398,8 +455,8 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.releaseReady = true
 		v.status.TargetSlot = v1alpha1.Slot(bi.Slot)
 		v.status.Message = fmt.Sprintf("running release %s from slot %s", version, bi.Slot)
-		if v.trialArgs != bi.KernelArgs {
-			v.trialSlot = bi.Slot // new kernel arguments boot as a trial of this slot
+		if v.trialArgs != bi.KernelArgs || v.trialNetwork != "" {
+			v.trialSlot = bi.Slot // new kernel arguments or network settings boot as a trial of this slot
 		}
 		return v
 	}
@@ -641,11 +698,9 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	// an approval of that set (rebootView); it waits while a wanted release is still being
 	// written, so one approval covers all of it. A wanted release that failed its trial
 	// here is not retried, so it alone is no reason to reboot.
-	rebootFields := !onlyVersionsPending(a.st.Pending)
-	if v.status.State != v1alpha1.UpgradeFellBack {
-		for _, p := range a.st.Pending {
-			rebootFields = rebootFields || p.Class == v1alpha1.Reboot
-		}
+	rebootFields := false
+	for _, p := range a.st.Pending {
+		rebootFields = rebootFields || (p.Class == v1alpha1.Reboot && !v.notRetried(p.Field))
 	}
 	if !rebootFields || !v.releaseReady || out.reboot == nil || !out.reboot.mayReboot {
 		return false, nil
@@ -673,7 +728,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	why += ", on its disruption-budget turn"
 	req := supervisor.RebootRequest{Why: why}
 	trialSlot := v.trialSlot
-	if trialSlot == "" && v.trialArgs != bi.KernelArgs {
+	if trialSlot == "" && (v.trialArgs != bi.KernelArgs || v.trialNetwork != "") {
 		trialSlot = bi.Slot
 	}
 	if trialSlot != "" {
@@ -685,6 +740,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			Retry:    v.staged && a.failedRelease(v.digest) != nil, // the one try the setting allows
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
+			Network: v.trialNetwork, FromNetwork: v.fromNetwork,
 			At: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
 	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))

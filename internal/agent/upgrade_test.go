@@ -47,6 +47,8 @@ type fakeBoot struct {
 	slotWritesRefused int
 	// failReboots makes that many reboot requests fail, as when init cannot be reached.
 	failReboots int
+	// refuseDisks: init finds each disk of spec.disks holding data, and leaves it.
+	refuseDisks bool
 }
 
 func (b *fakeBoot) BootInfo(context.Context) (*supervisor.BootInfo, error) {
@@ -148,6 +150,21 @@ func (b *fakeBoot) boot(id, slot string, trial bool, args string, records ...sta
 	b.rebootPending = false
 	b.info.Boots = append(b.info.Boots, records...)
 	b.info.Boots = append(b.info.Boots, state.BootRecord{ID: id, Slot: slot, Trial: trial})
+}
+
+// bootAsArmed makes the fake machine come up as init and GRUB bring it up after the reboot
+// taken last: a one-shot trial of the slot and arguments it armed, else the slot it ran
+// (a power cut, or a reboot without a trial).
+func (b *fakeBoot) bootAsArmed(id string) {
+	b.mu.Lock()
+	slot, args, trial := b.info.Slot, b.info.KernelArgs, false
+	if b.rebootPending && len(b.reboots) > 0 {
+		if r := b.reboots[len(b.reboots)-1]; r.TrialSlot != "" {
+			slot, args, trial = r.TrialSlot, r.TrialArgs, true
+		}
+	}
+	b.mu.Unlock()
+	b.boot(id, slot, trial, args)
 }
 
 // testChannel publishes releases whose slot images are small, distinct byte patterns, and

@@ -78,7 +78,7 @@ func (s *system) useStaged() {
 	if err != nil || st.Staged == nil || st.Staged.Machine.Role != s.machine.Spec.Role {
 		return
 	}
-	s.machine.Spec.Network = st.Staged.Machine.Network
+	s.machine.Spec.Network = s.bootNetwork(st)
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
 	s.machine.Spec.Disks = st.Staged.Machine.Disks
 	fmt.Fprintln(s.log, "liken-init: network, kernel modules and disks from the spec the agent staged")
@@ -94,4 +94,15 @@ func (s *system) useStaged() {
 			fmt.Fprintf(s.log, "liken-init: sysctl %s: %v\n", k, err)
 		}
 	}
+}
+
+// bootNetwork is the network this boot runs with (state.BootNetwork).
+func (s *system) bootNetwork(st *state.State) *v1alpha1.MachineNetwork {
+	trial, slot := false, ""
+	if s.boot != nil {
+		trial, slot = s.boot.trial, s.boot.slot
+	}
+	n, how := st.BootNetwork(trial, slot)
+	fmt.Fprintf(s.log, "liken-init: network: %s\n", how)
+	return n
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	apirelease "liken.dev/liken/api/release"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -439,9 +441,9 @@ func (s *system) run() error {
 			case <-s.boot.committedCh:
 			case <-time.After(deadline):
 				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", s.boot.slot)
-				s.boot.record(func(r *state.BootRecord) {
-					r.End, r.Message = state.EndHealthDeadline, fmt.Sprintf("not found healthy within %s", deadline)
-				})
+				msg := fmt.Sprintf("not found healthy within %s; %s", deadline, reachable(s.apiURL()))
+				fmt.Fprintf(s.log, "liken-init: %s\n", msg)
+				s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndHealthDeadline, msg })
 				sig <- unix.SIGTERM
 			}
 		}()
@@ -563,4 +565,23 @@ func writeFile0600(p string, b []byte) error {
 		return err
 	}
 	return os.WriteFile(p, b, 0o600)
+}
+
+// reachable says whether this boot's network reaches the API server the agent reports to:
+// what a failed trial of new network settings most often comes down to.
+func reachable(api string) string {
+	u, err := url.Parse(api)
+	if err != nil || u.Host == "" {
+		return "the API server's address " + api + " is not a URL"
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "443")
+	}
+	c, err := net.DialTimeout("tcp", host, 3*time.Second)
+	if err != nil {
+		return fmt.Sprintf("the API server %s is unreachable on this boot's network (%v)", api, err)
+	}
+	c.Close()
+	return fmt.Sprintf("the API server %s was reachable", api)
 }

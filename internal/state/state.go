@@ -5,6 +5,8 @@
 package state
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +59,13 @@ type State struct {
 	// FailedKernelArgs are kernel arguments whose trial failed; they are not tried again
 	// until the spec asks for different ones.
 	FailedKernelArgs *FailedArgs `json:"failedKernelArgs,omitempty"`
+	// GoodNetwork is the network of the last boot that was not a trial, or of a trial that
+	// committed: init boots with it, and with the staged network only in a trial boot armed
+	// for it. Nil: init takes the staged network (state written before network trials).
+	GoodNetwork *GoodNetwork `json:"goodNetwork,omitempty"`
+	// FailedNetwork is the network whose trial failed; it is not tried again until the spec
+	// asks for a different one. Args holds its hash (NetworkHash).
+	FailedNetwork *FailedArgs `json:"failedNetwork,omitempty"`
 	// LastRequestHandled is the requestedAt of the last reboot request carried out.
 	LastRequestHandled *metav1.Time `json:"lastRequestHandled,omitempty"`
 	// LastRebootTime is when the agent last asked init to reboot.
@@ -83,6 +92,10 @@ type Attempt struct {
 	FromSlot       string `json:"fromSlot"`
 	FromDigest     string `json:"fromDigest"`
 	FromKernelArgs string `json:"fromKernelArgs"`
+	// Network is the hash (NetworkHash) of the network this trial boots with, when it tries
+	// one other than FromNetwork, the last good one; empty otherwise.
+	Network     string `json:"network,omitempty"`
+	FromNetwork string `json:"fromNetwork,omitempty"`
 	// Retry: spec.retryFailedDigest allowed this trial of a failed digest; its failure uses
 	// that setting's one retry.
 	Retry bool `json:"retry,omitempty"`
@@ -148,4 +161,35 @@ func (s Store) Save(st *State) error {
 		return fmt.Errorf("encoding agent state: %w", err)
 	}
 	return atomicfile.Write(s.path(), b, 0o600)
+}
+
+// GoodNetwork is a network a machine ran with and reached its cluster on (nil Network: the
+// default, DHCP on the first port with a link).
+type GoodNetwork struct {
+	Network *v1alpha1.MachineNetwork `json:"network,omitempty"`
+}
+
+// NetworkHash identifies a Machine's network settings, for trials and their failures.
+func NetworkHash(n *v1alpha1.MachineNetwork) string {
+	b, _ := json.Marshal(n)
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// BootNetwork is the network a boot runs with: the staged one only in the trial boot the
+// agent armed for it (the same slot, the same settings); otherwise the last good one, so a
+// network that failed its trial, or one staged and not yet tried, never strands a machine
+// that is not on trial. how says which, for the console.
+func (st *State) BootNetwork(trial bool, slot string) (n *v1alpha1.MachineNetwork, how string) {
+	if st.Staged == nil {
+		return nil, "nothing staged"
+	}
+	staged := st.Staged.Machine.Network
+	if st.GoodNetwork == nil || NetworkHash(staged) == NetworkHash(st.GoodNetwork.Network) {
+		return staged, "the staged settings"
+	}
+	if at := st.Attempt; trial && at != nil && at.Slot == slot && at.Network == NetworkHash(staged) {
+		return staged, "this trial boot tries the staged settings; the last good ones come back if it fails"
+	}
+	return st.GoodNetwork.Network, "the last good settings (the staged ones are tried only in a trial boot armed for them)"
 }

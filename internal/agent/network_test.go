@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/state"
+)
+
+// TestNetworkChangeIsATrial: an approved change of spec.network reboots into a trial of the
+// same slot, which alone boots with the new settings (state.BootNetwork). A trial that
+// misses its deadline leaves the machine on its last good settings, with the failure and
+// init's reason in status and an Event, and the same settings are not tried again; other
+// settings are, and a trial that passes makes them the last good ones.
+func TestNetworkChangeIsATrial(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"n1": v1alpha1.RoleAgent})
+	boot := f.bootedOnClusterRelease(t)
+	s := newSim(t, "n1", v1alpha1.RoleAgent)
+	s.bootCtl = boot
+	s.boot(t, f)
+	s.start(t)
+	f.waitFor(t, "n1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
+	})
+	st := func() *state.State {
+		got, err := state.Store{Dir: filepath.Join(s.dir, "state")}.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	good := st().GoodNetwork
+	if good == nil {
+		t.Fatal("a boot outside a trial recorded no last good network")
+	}
+
+	bad := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", Addresses: []string{"10.0.3.15/24"}}}}
+	f.editMachine("n1", func(m *v1alpha1.Machine) { m.Spec.Network = bad })
+	f.waitFor(t, "n1", "the network staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.network") })
+	// Staged and not on trial, a boot keeps the last good network (a power cut now).
+	if n, _ := st().BootNetwork(false, "A"); state.NetworkHash(n) != state.NetworkHash(good.Network) {
+		t.Fatalf("a boot outside a trial would run %+v", n)
+	}
+	approve(f, "n1")
+	waitCount(t, "a reboot request", func() bool { return boot.lastReboot() != nil })
+	if r := boot.lastReboot(); r.TrialSlot != "A" || r.TrialArgs != "" {
+		t.Fatalf("reboot request %+v; want a trial of slot A, the arguments unchanged", r)
+	}
+	if at := st().Attempt; at == nil || at.Network != state.NetworkHash(bad) || at.FromNetwork != state.NetworkHash(good.Network) {
+		t.Fatalf("the trial remembered: %+v", at)
+	}
+
+	// The trial boot runs the new settings and never reaches the API: init's deadline ends
+	// it, and the boot after is on the last good settings.
+	s.stop()
+	boot.boot("boot-2", "A", true, "")
+	if n, _ := st().BootNetwork(true, "A"); state.NetworkHash(n) != state.NetworkHash(bad) {
+		t.Fatalf("the trial boot would run %+v", n)
+	}
+	const why = "not found healthy within 3m0s; the API server https://10.0.2.2:6443 is unreachable on this boot's network (dial tcp 10.0.2.2:6443: connect: network is unreachable)"
+	boot.lastRecord(func(r *state.BootRecord) { r.End, r.Message = state.EndHealthDeadline, why })
+	boot.boot("boot-3", "A", false, "")
+	reboots := boot.rebootCount()
+	s.start(t)
+	f.waitFor(t, "n1", "the failed network trial reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHealthDeadline &&
+			strings.Contains(c.Message, "spec.network failed their trial") && strings.Contains(c.Message, "unreachable") &&
+			hasPending(m, "machine.spec.network") && condTrue(m, v1alpha1.MachineReady)
+	})
+	if g := st().GoodNetwork; g == nil || state.NetworkHash(g.Network) != state.NetworkHash(good.Network) {
+		t.Errorf("after the fallback the last good network is %+v", g)
+	}
+	if fn := st().FailedNetwork; fn == nil || fn.Args != state.NetworkHash(bad) {
+		t.Errorf("failed network: %+v", fn)
+	}
+	waitCount(t, "a TrialFailed Event naming the network", func() bool {
+		list, err := f.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=n1"})
+		if err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.Reason == "TrialFailed" && strings.Contains(e.Message, "spec.network") && strings.Contains(e.Message, "unreachable") {
+				return true
+			}
+		}
+		return false
+	})
+	// Not tried again, whatever is approved, until spec.network changes.
+	approve(f, "n1")
+	time.Sleep(2 * time.Second)
+	if boot.rebootCount() != reboots {
+		t.Fatalf("a network that failed its trial rebooted the machine again: %+v", boot.lastReboot())
+	}
+	if m, _ := f.liken.Machine(t.Context(), "n1"); m.Status.Reboot.State != v1alpha1.RebootNone || !strings.Contains(m.Status.Reboot.Message, "machine.spec.network failed a trial here") {
+		t.Errorf("status.reboot: %+v", m.Status.Reboot)
+	}
+
+	// Other settings are tried, and commit.
+	fixed := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true, MTU: 1400}}}
+	f.editMachine("n1", func(m *v1alpha1.Machine) { m.Spec.Network, m.Spec.Reboot = fixed, nil })
+	f.waitFor(t, "n1", "the new network staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.network") && !condTrue(m, v1alpha1.MachineUpgradeFailed)
+	})
+	n := boot.rebootCount()
+	approve(f, "n1")
+	waitCount(t, "the second trial's reboot", func() bool { return boot.rebootCount() == n+1 })
+	if r := boot.lastReboot(); r.TrialSlot != "A" {
+		t.Fatalf("reboot request %+v; want a trial", r)
+	}
+	s.stop()
+	boot.boot("boot-4", "A", true, "")
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "n1", "the network committed", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return len(m.Status.Pending) == 0 && condTrue(m, v1alpha1.MachineReady) && !condTrue(m, v1alpha1.MachineUpgradeFailed)
+	})
+	if !boot.get().Committed {
+		t.Fatal("the trial was not committed")
+	}
+	if g := st().GoodNetwork; g == nil || state.NetworkHash(g.Network) != state.NetworkHash(fixed) {
+		t.Errorf("after the commit the last good network is %+v", g)
+	}
+}
