@@ -62,7 +62,8 @@ type MachineSpec struct {
 	// +optional
 	Install *Install `json:"install,omitempty"`
 
-	// Disks partitions, formats and mounts further disks. A change needs a reboot.
+	// Disks partitions, formats and mounts further disks at boot, before k3s. A disk that
+	// holds data or another layout is never touched (see its wipe). A change needs a reboot.
 	// +optional
 	// +listType=map
 	// +listMapKey=device
@@ -70,7 +71,10 @@ type MachineSpec struct {
 	Disks []Disk `json:"disks,omitempty"`
 
 	// Network configures the machine's interfaces, routes and resolvers. A change needs a
-	// reboot. Without it the first interface with a link uses DHCP.
+	// reboot, which boots once with the new settings as a trial: unless the machine reaches
+	// its API server and is healthy in time, the boot after it runs the last good settings,
+	// and those settings are not tried again until this field changes. Without it the first
+	// interface with a link uses DHCP.
 	// +optional
 	Network *MachineNetwork `json:"network,omitempty"`
 
