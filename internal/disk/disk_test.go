@@ -20,17 +20,7 @@ func TestReadDisksOfEachSectorSize(t *testing.T) {
 	layout := Layout{ESPMiB: 40, SlotMiB: 48, LayerMiB: 4, MinStateMiB: 32}
 	for _, sector := range []int64{512, 4096} {
 		t.Run(strconv.FormatInt(sector, 10), func(t *testing.T) {
-			img := filepath.Join(t.TempDir(), "disk.img")
-			os.WriteFile(img, nil, 0o644)
-			if err := os.Truncate(img, int64(layout.MinSizeMiB()+8)<<20); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--sector-size", strconv.FormatInt(sector, 10), img).CombinedOutput()
-			if err != nil {
-				t.Skipf("losetup: %v: %s", err, out)
-			}
-			loop := strings.TrimSpace(string(out))
-			defer exec.Command("losetup", "-d", loop).Run()
+			loop, img := loopImage(t, int64(layout.MinSizeMiB()+8)<<20, sector)
 			if err := Partition(loop, layout); err != nil {
 				t.Fatal(err)
 			}
@@ -58,6 +48,24 @@ func TestReadDisksOfEachSectorSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loopImage attaches an image file of size bytes as a loop device of sector-byte sectors,
+// detached when the test ends.
+func loopImage(t *testing.T, size, sector int64) (loop, img string) {
+	t.Helper()
+	img = filepath.Join(t.TempDir(), "disk.img")
+	os.WriteFile(img, nil, 0o644)
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--sector-size", strconv.FormatInt(sector, 10), img).CombinedOutput()
+	if err != nil {
+		t.Skipf("losetup: %v: %s", err, out)
+	}
+	loop = strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+	return loop, img
 }
 
 func sysfsInt(t *testing.T, p string) int64 {

@@ -36,18 +36,8 @@ func TestWriteTableOfEachSectorSize(t *testing.T) {
 	}
 	for _, sector := range []int64{512, 4096} {
 		t.Run(strconv.FormatInt(sector, 10), func(t *testing.T) {
-			img := filepath.Join(t.TempDir(), "disk.img")
-			os.WriteFile(img, nil, 0o644)
 			const size = 64 << 20
-			if err := os.Truncate(img, size); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--sector-size", strconv.FormatInt(sector, 10), img).CombinedOutput()
-			if err != nil {
-				t.Skipf("losetup: %v: %s", err, out)
-			}
-			loop := strings.TrimSpace(string(out))
-			defer exec.Command("losetup", "-d", loop).Run()
+			loop, _ := loopImage(t, size, sector)
 			mib := (1 << 20) / sector
 			linux := MustGUID("0FC63DAF-8483-4772-8E79-3D69D8477DE4")
 			parts := []Entry{

@@ -319,9 +319,9 @@ func stageModules(k *Kernel, stage string, put func(rel, src string, mode os.Fil
 	return files, depmod(stage, k.Version)
 }
 
-// buildRootfs stages the root image and packs it with mksquashfs, reproducibly.
-func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) error {
-	put := func(rel string, src string, mode os.FileMode) error {
+// stager copies a file into stage at rel with mode, making its directories.
+func stager(stage string) func(rel, src string, mode os.FileMode) error {
+	return func(rel, src string, mode os.FileMode) error {
 		dst := filepath.Join(stage, rel)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
@@ -331,6 +331,11 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		}
 		return os.Chmod(dst, mode)
 	}
+}
+
+// buildRootfs stages the root image and packs it with mksquashfs, reproducibly.
+func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) error {
+	put := stager(stage)
 	write := func(rel string, data []byte) error {
 		dst := filepath.Join(stage, rel)
 		os.MkdirAll(filepath.Dir(dst), 0o755)

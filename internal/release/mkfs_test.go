@@ -19,17 +19,7 @@ func TestMkfsToolsRunInTheImageAlone(t *testing.T) {
 		t.Skip("chroot: needs root")
 	}
 	stage := t.TempDir()
-	put := func(rel, src string, mode os.FileMode) error {
-		dst := filepath.Join(stage, rel)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		if err := copyFile(src, dst); err != nil {
-			return err
-		}
-		return os.Chmod(dst, mode)
-	}
-	if err := stageMkfsTools(stage, put); err != nil {
+	if err := stageMkfsTools(stage, stager(stage)); err != nil {
 		t.Fatal(err)
 	}
 	v, _ := os.ReadFile(filepath.Join(stage, datadisk.ToolsDir, "versions"))

@@ -267,6 +267,11 @@ func contentHash(f *os.File, size int64) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
+// at says whether b holds magic at off.
+func at(b []byte, off int, magic string) bool {
+	return off+len(magic) <= len(b) && string(b[off:off+len(magic)]) == magic
+}
+
 func allZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
@@ -279,25 +284,24 @@ func allZero(b []byte) bool {
 // signature names what the first MiB of a disk without a GPT holds, as far as liken can
 // tell; whatever it is, it is data.
 func signature(b []byte) string {
-	at := func(off int, s string) bool { return off+len(s) <= len(b) && string(b[off:off+len(s)]) == s }
 	switch {
-	case at(1080, "\x53\xef"):
+	case at(b, 1080, "\x53\xef"):
 		return "an ext2/3/4 file system"
-	case at(0, "XFSB"):
+	case at(b, 0, "XFSB"):
 		return "an XFS file system"
-	case at(0x10040, "_BHRfS_M"):
+	case at(b, 0x10040, "_BHRfS_M"):
 		return "a btrfs file system"
-	case at(0, "LUKS\xba\xbe"):
+	case at(b, 0, "LUKS\xba\xbe"):
 		return "a LUKS encrypted volume"
-	case at(512, "LABELONE") || at(1024, "LABELONE"):
+	case at(b, 512, "LABELONE") || at(b, 1024, "LABELONE"):
 		return "an LVM physical volume"
-	case at(4086, "SWAPSPACE2"):
+	case at(b, 4086, "SWAPSPACE2"):
 		return "a swap area"
-	case at(0x8001, "CD001"):
+	case at(b, 0x8001, "CD001"):
 		return "an ISO 9660 image"
-	case at(0x36, "FAT") || at(0x52, "FAT32"):
+	case at(b, 0x36, "FAT") || at(b, 0x52, "FAT32"):
 		return "a FAT file system"
-	case at(510, "\x55\xaa"):
+	case at(b, 510, "\x55\xaa"):
 		return "an MBR partition table"
 	}
 	return "data (its first or last MiB is not zeros)"
@@ -633,15 +637,14 @@ func probe(dev string) string {
 	b := make([]byte, 65536)
 	n, _ := f.ReadAt(b, 0)
 	b = b[:n]
-	at := func(off int, s string) bool { return off+len(s) <= len(b) && string(b[off:off+len(s)]) == s }
 	switch {
-	case at(1080, "\x53\xef"):
+	case at(b, 1080, "\x53\xef"):
 		return "ext4"
-	case at(510, "\x55\xaa") && (at(0x36, "FAT") || at(0x52, "FAT32")):
+	case at(b, 510, "\x55\xaa") && (at(b, 0x36, "FAT") || at(b, 0x52, "FAT32")):
 		return "vfat"
 	}
 	for _, page := range []int{4096, 8192, 16384, 65536} {
-		if at(page-10, "SWAPSPACE2") {
+		if at(b, page-10, "SWAPSPACE2") {
 			return "swap"
 		}
 	}
