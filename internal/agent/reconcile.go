@@ -193,7 +193,8 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 		if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == at.KernelArgs {
 			a.st.FailedKernelArgs = nil
 		}
-		if at.Network != "" && bi.Report != nil {
+		if bi.Report != nil {
+			// Whatever the trial was for, the network it ran with is good now.
 			a.st.GoodNetwork = &state.GoodNetwork{Network: bi.Report.Network}
 			if fn := a.st.FailedNetwork; fn != nil && fn.Args == at.Network {
 				a.st.FailedNetwork = nil

@@ -414,6 +414,10 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.failed = &v1alpha1.FailedRelease{Reason: fa.Reason, Message: fmt.Sprintf("kernel arguments %q failed their trial: %s", fa.Args, fa.Message), At: fa.At}
 	}
 	v.fromNetwork = state.NetworkHash(a.goodNetwork())
+	if fn := a.st.FailedNetwork; fn != nil && fn.Args != state.NetworkHash(m.Spec.Network) {
+		// The spec moved on: settings that failed once may be asked for again, and tried.
+		a.st.FailedNetwork = nil
+	}
 	if h := state.NetworkHash(m.Spec.Network); h != v.fromNetwork {
 		if fn := a.st.FailedNetwork; fn != nil && fn.Args == h {
 			// Not tried again until the spec asks for other settings.
@@ -730,6 +734,11 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	trialSlot := v.trialSlot
 	if trialSlot == "" && (v.trialArgs != bi.KernelArgs || v.trialNetwork != "") {
 		trialSlot = bi.Slot
+	}
+	if a.st.GoodNetwork == nil {
+		// State from before network trials: what runs now is what a failed trial falls back
+		// to, and init must know it before any trial is armed.
+		a.st.GoodNetwork = &state.GoodNetwork{Network: a.goodNetwork()}
 	}
 	if trialSlot != "" {
 		req.TrialSlot, req.TrialArgs = trialSlot, v.trialArgs

@@ -91,18 +91,35 @@ const (
 	gptEntrySize = 128
 )
 
-// ReadTable reads a disk's primary GPT, checking both CRCs.
+// ReadTable reads a disk's GPT, checking both CRCs: the primary one, or, where the primary
+// header is missing or damaged, the backup at the disk's last sector, as UEFI does (2.10,
+// 5.3.2). WriteTable writes the backup first, so a write a power cut interrupted still reads
+// as the whole table it was writing.
 func ReadTable(f *os.File) (*Table, error) {
 	sector, err := SectorSize(f)
 	if err != nil {
 		return nil, err
 	}
+	t, err := readTableAt(f, sector, 1)
+	if err == nil {
+		return t, nil
+	}
+	if size, serr := f.Seek(0, io.SeekEnd); serr == nil && size/sector > 2 {
+		if b, berr := readTableAt(f, sector, size/sector-1); berr == nil {
+			return b, nil
+		}
+	}
+	return nil, err
+}
+
+// readTableAt reads the GPT whose header is at lba.
+func readTableAt(f *os.File, sector, lba int64) (*Table, error) {
 	hdr := make([]byte, 512)
-	if _, err := f.ReadAt(hdr, sector); err != nil {
+	if _, err := f.ReadAt(hdr, lba*sector); err != nil {
 		return nil, fmt.Errorf("reading the partition table of %s: %w", f.Name(), err)
 	}
 	if string(hdr[:8]) != "EFI PART" {
-		return nil, fmt.Errorf("%s: %w (looked at LBA 1 of %d-byte sectors)", f.Name(), ErrNoGPT, sector)
+		return nil, fmt.Errorf("%s: %w (looked at LBA %d of %d-byte sectors)", f.Name(), ErrNoGPT, lba, sector)
 	}
 	hsize := binary.LittleEndian.Uint32(hdr[12:])
 	if hsize < 92 || hsize > 512 {

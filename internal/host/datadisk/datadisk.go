@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -164,16 +165,86 @@ func (e Env) Apply(disks []v1alpha1.Disk) []v1alpha1.DiskStatus {
 			}
 		}
 	}
+	mounts := make([][]mountReq, len(disks))
 	for i, d := range disks {
 		if out[i].Phase != "" {
 			e.logf("disk %s: %s: %s", d.Device, out[i].Reason, out[i].Message)
 			continue
 		}
 		start := time.Now()
-		e.prepare(d, devs[i], &out[i])
+		e.prepare(d, devs[i], &out[i], &mounts[i])
 		e.logf("disk %s (%s): %s, %s in %s: %s", d.Device, devs[i], out[i].Phase, out[i].Reason, time.Since(start).Round(time.Millisecond), out[i].Message)
 	}
+	e.mountAll(disks, out, mounts)
 	return out
+}
+
+// mountAll mounts every disk's file systems, shallowest mount point first, whichever disk
+// they are on, so none hides another. Over the mount point of each partition whose disk is
+// not ready goes an empty read-only tmpfs: nothing (k3s's data above all) is then written
+// under it onto the state partition, to be hidden once the disk comes back.
+func (e Env) mountAll(disks []v1alpha1.Disk, out []v1alpha1.DiskStatus, mounts [][]mountReq) {
+	type owned struct {
+		mountReq
+		disk int
+	}
+	var all []owned
+	for i, d := range disks {
+		if out[i].Phase == v1alpha1.DiskReady {
+			for _, m := range mounts[i] {
+				all = append(all, owned{m, i})
+			}
+			continue
+		}
+		for _, p := range d.Partitions {
+			if p.MountPoint != "" {
+				all = append(all, owned{mountReq{dev: "none", dir: p.MountPoint, fs: "tmpfs"}, i})
+			}
+		}
+	}
+	sort.SliceStable(all, func(a, b int) bool {
+		return strings.Count(filepath.Clean(all[a].dir), "/") < strings.Count(filepath.Clean(all[b].dir), "/")
+	})
+	for _, m := range all {
+		st := &out[m.disk]
+		if m.fs == "tmpfs" {
+			if err := placeholder(m.dir); err != nil {
+				e.logf("disk %s: %v", disks[m.disk].Device, err)
+			} else {
+				e.logf("disk %s is not ready: %s holds an empty read-only file system meanwhile", disks[m.disk].Device, m.dir)
+			}
+			continue
+		}
+		if st.Phase != v1alpha1.DiskReady {
+			continue // failed on an earlier mount
+		}
+		if err := mount(m.dev, m.dir, m.fs); err != nil {
+			st.Phase, st.Reason, st.Message = v1alpha1.DiskFailed, v1alpha1.DiskSetupFailed, err.Error()
+			e.logf("disk %s: %v", disks[m.disk].Device, err)
+			if err := placeholder(m.dir); err != nil {
+				e.logf("disk %s: %v", disks[m.disk].Device, err)
+			}
+		}
+	}
+}
+
+// placeholder mounts an empty read-only tmpfs on dir.
+func placeholder(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making the mount point %s: %w", dir, err)
+	}
+	if err := unix.Mount("none", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
+		return fmt.Errorf("mounting an empty read-only file system on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// capText shortens s to at most n bytes, saying so.
+func capText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + " ..."
 }
 
 func (e Env) logf(format string, args ...any) {
@@ -352,7 +423,13 @@ func matches(t *disk.Table, plan []Part) (ok bool, pending []int) {
 	}
 	for i, en := range es {
 		p := plan[i]
-		if en.Name != p.Label || en.First != p.First || en.Last != p.Last {
+		last := en.Last == p.Last
+		if p.Size == "" {
+			// Taking the rest of a disk that has grown since (a cloud volume resized): the
+			// partition ends where the disk ended then.
+			last = en.Last <= p.Last
+		}
+		if en.Name != p.Label || en.First != p.First || !last {
 			return false, nil
 		}
 		switch en.Type {
@@ -366,8 +443,11 @@ func matches(t *disk.Table, plan []Part) (ok bool, pending []int) {
 	return true, pending
 }
 
-// prepare does one disk, filling st.
-func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus) {
+// mountReq is a file system to mount once every disk is prepared.
+type mountReq struct{ dev, dir, fs string }
+
+// prepare does one disk, filling st, and adds what to mount to mounts.
+func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus, mounts *[]mountReq) {
 	refuse := func(reason, msg string) { st.Phase, st.Reason, st.Message = v1alpha1.DiskRefused, reason, msg }
 	fail := func(err error) {
 		st.Phase, st.Reason, st.Message = v1alpha1.DiskFailed, v1alpha1.DiskSetupFailed, err.Error()
@@ -412,8 +492,36 @@ func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus) {
 			}
 		}
 	}
+	// What would make liken leave the disk alone; only then may a wipe that names the disk
+	// and its content exactly clear it.
+	var pending []int
+	var parts []string
+	reason, msg := "", ""
+	switch {
+	case found.Empty:
+	case found.Table == nil:
+		reason, msg = v1alpha1.DiskHoldsData, fmt.Sprintf("found %s; the spec wants %s", found.What, describePlan(plan, sector))
+	default:
+		ok, p := matches(found.Table, plan)
+		if !ok {
+			reason, msg = v1alpha1.DiskLayoutDiffers, fmt.Sprintf("found %s; the spec wants %s", found.What, describePlan(plan, sector))
+			break
+		}
+		pending = p
+		if parts, err = e.partitions(f, dev); err != nil {
+			fail(err)
+			return
+		}
+		// Each file system the table says is there must be there, as the spec names it.
+		for i, p := range plan {
+			if got := probe(parts[i]); !slices.Contains(pending, i) && !fsMatches(got, p.Filesystem) {
+				reason, msg = v1alpha1.DiskLayoutDiffers, fmt.Sprintf("partition %q (%s) holds %s; the spec wants %s", p.Label, parts[i], orNothing(got), p.Filesystem)
+				break
+			}
+		}
+	}
 	wiped := false
-	if w := d.Wipe; w != nil && !found.Empty {
+	if w := d.Wipe; reason != "" && w != nil {
 		switch {
 		case w.Serial != st.Serial:
 			e.logf("disk %s: the wipe names serial %q, this disk's is %q: not wiping", d.Device, w.Serial, st.Serial)
@@ -425,12 +533,20 @@ func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus) {
 				fail(err)
 				return
 			}
-			found, wiped = Found{Empty: true, What: "an empty disk"}, true
+			found, wiped, reason, pending, parts = Found{Empty: true, What: "an empty disk"}, true, "", nil, nil
 		}
+	} else if w != nil && !found.Empty {
+		e.logf("disk %s: the disk is as the spec says: its wipe is not needed, and nothing is erased", d.Device)
 	}
-	var pending []int
-	switch {
-	case found.Empty:
+	if reason != "" {
+		hint := fmt.Sprintf("to reuse this disk, set wipe {serial: %q, contentID: %q} on it", st.Serial, found.ContentID)
+		if st.Serial == "" {
+			hint = "this disk reports no serial number, so no wipe can name it: to reuse it, erase its first and last MiB by other means"
+		}
+		refuse(reason, capText(msg, 2048)+". Nothing was written: "+hint)
+		return
+	}
+	if found.Empty {
 		// Pending first: only once every file system is made does the table say so.
 		var entries []disk.Entry
 		for i, p := range plan {
@@ -447,39 +563,16 @@ func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus) {
 			return
 		}
 		found.Table = t
-	case found.Table == nil:
-		refuse(v1alpha1.DiskHoldsData, fmt.Sprintf("found %s; the spec wants %s. Nothing was written: to reuse this disk, set wipe {serial: %q, contentID: %q} on it", found.What, describePlan(plan, sector), st.Serial, found.ContentID))
-		return
-	default:
-		ok, p := matches(found.Table, plan)
-		if !ok {
-			refuse(v1alpha1.DiskLayoutDiffers, fmt.Sprintf("found %s; the spec wants %s. Nothing was written: to reuse this disk, set wipe {serial: %q, contentID: %q} on it", found.What, describePlan(plan, sector), st.Serial, found.ContentID))
-			return
-		}
-		pending = p
 	}
 	st.ContentID = "gpt:" + found.Table.DiskGUID.String()
-	parts, err := e.partitions(f, dev)
-	if err != nil {
-		fail(err)
-		return
+	if parts == nil {
+		if parts, err = e.partitions(f, dev); err != nil {
+			fail(err)
+			return
+		}
 	}
 	f.Close()
 	f = nil
-	// Each file system the table says is there must be there, as the spec names it.
-	isPending := map[int]bool{}
-	for _, i := range pending {
-		isPending[i] = true
-	}
-	for i, p := range plan {
-		if isPending[i] {
-			continue
-		}
-		if got := probe(parts[i]); !fsMatches(got, p.Filesystem) {
-			refuse(v1alpha1.DiskLayoutDiffers, fmt.Sprintf("partition %q (%s) holds %s; the spec wants %s. Nothing was written", p.Label, parts[i], orNothing(got), p.Filesystem))
-			return
-		}
-	}
 	for _, i := range pending {
 		if err := e.format(parts[i], plan[i].Partition); err != nil {
 			fail(fmt.Errorf("formatting %s (%q) as %s: %w", parts[i], plan[i].Label, plan[i].Filesystem, err))
@@ -515,10 +608,7 @@ func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus) {
 				did = append(did, fmt.Sprintf("%s %s (not mounted)", parts[i], p.Filesystem))
 				continue
 			}
-			if err := mount(parts[i], p.MountPoint, string(p.Filesystem)); err != nil {
-				fail(err)
-				return
-			}
+			*mounts = append(*mounts, mountReq{dev: parts[i], dir: p.MountPoint, fs: string(p.Filesystem)})
 			did = append(did, fmt.Sprintf("%s %s on %s", parts[i], p.Filesystem, p.MountPoint))
 		case "swap":
 			did = append(did, fmt.Sprintf("%s swap (not activated: see docs/disks.md)", parts[i]))
@@ -745,10 +835,11 @@ func mount(dev, dir, fs string) error {
 // Unmount unmounts what Apply mounted, deepest first, for a shutdown.
 func Unmount(statuses []v1alpha1.DiskStatus, disks []v1alpha1.Disk) []error {
 	var points []string
-	for i, st := range statuses {
-		if st.Phase != v1alpha1.DiskReady || i >= len(disks) {
+	for i := range statuses {
+		if i >= len(disks) {
 			continue
 		}
+		// Ready or not: a disk not ready has a placeholder on its mount points.
 		for _, p := range disks[i].Partitions {
 			if p.MountPoint != "" {
 				points = append(points, p.MountPoint)
