@@ -405,6 +405,29 @@ func TestApproveAndRequestReboot(t *testing.T) {
 	}
 }
 
+// TestStatusSaysWhatFailed: a machine Ready and idle whose network trial failed, or whose
+// disk was refused, says so in WHY.
+func TestStatusSaysWhatFailed(t *testing.T) {
+	cond := func(typ, msg string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Message: msg}
+	}
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  string
+	}{
+		{[]metav1.Condition{cond(v1alpha1.MachineReady, ""), cond(v1alpha1.MachineDegraded, "a trial failed: see the UpgradeFailed condition"),
+			cond(v1alpha1.MachineUpgradeFailed, "the network settings of spec.network failed their trial")}, "the network settings of spec.network failed their trial"},
+		{[]metav1.Condition{cond(v1alpha1.MachineReady, ""), cond(v1alpha1.MachineDegraded, "disks not ready, left untouched or failed (see status.disks): /dev/vdb Refused (HoldsData)")},
+			"disks not ready, left untouched or failed (see status.disks): /dev/vdb Refused (HoldsData)"},
+		{[]metav1.Condition{cond(v1alpha1.MachineReady, "")}, ""},
+	} {
+		m := &v1alpha1.Machine{Status: v1alpha1.MachineStatus{Conditions: tc.conds, Reboot: v1alpha1.RebootStatus{State: v1alpha1.RebootNone}, Upgrade: v1alpha1.UpgradeStatus{State: v1alpha1.UpgradeIdle}}}
+		if got := row(m).Why; got != tc.want {
+			t.Errorf("why %q, want %q", got, tc.want)
+		}
+	}
+}
+
 func TestStatus(t *testing.T) {
 	lc, err := kube.NewClient(env.Admin)
 	if err != nil {

@@ -150,6 +150,10 @@ func row(m *v1alpha1.Machine) machineState {
 		r.Why = s.Upgrade.Message
 	case ready != nil && ready.Status != "True":
 		r.Why = ready.Message
+	case meta.IsStatusConditionTrue(s.Conditions, v1alpha1.MachineUpgradeFailed):
+		r.Why = meta.FindStatusCondition(s.Conditions, v1alpha1.MachineUpgradeFailed).Message
+	case meta.IsStatusConditionTrue(s.Conditions, v1alpha1.MachineDegraded):
+		r.Why = meta.FindStatusCondition(s.Conditions, v1alpha1.MachineDegraded).Message
 	}
 	return r
 }
