@@ -39,6 +39,7 @@ var FieldClasses = []FieldClass{
 	{Path: "cluster.spec.features.flannelBackend", Class: Immutable, Why: "k3s requires the flannel flags to match on every server"},
 	{Path: "cluster.spec.registries", Class: RestartK3s, Why: "containerd reads registries.yaml only when k3s starts; pods keep running"},
 	{Path: "cluster.spec.sysctls", Class: Live, Why: "written to /proc/sys"},
+	{Path: "cluster.spec.features.swap", Class: NextBoot, Why: "swap partitions are activated at boot, before k3s, which accepts swap whenever swap is on"},
 	{Path: "cluster.spec.kernelArgs", Class: NextBoot, Why: "the kernel command line is read at boot; boots as a trial"},
 	{Path: "cluster.spec.timeServers", Class: Live, Why: "the agent keeps the clock with them; init reads the applied ones at boot"},
 	{Path: "cluster.spec.network", Class: Immutable, Why: "k3s cannot move a running cluster to new address ranges"},

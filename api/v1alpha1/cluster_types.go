@@ -238,6 +238,11 @@ type K3sFeatures struct {
 	// +kubebuilder:default=vxlan
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="features.flannelBackend is immutable: k3s requires it to match on every server"
 	FlannelBackend FlannelBackend `json:"flannelBackend,omitempty"`
+	// Swap activates the swap partitions of Machines' spec.disks at boot. k3s's kubelet is
+	// then told to accept swap (kubelet-arg fail-swap-on=false); pods get none of it (the
+	// kubelet's default swap behaviour, NoSwap). A change applies at the next boot.
+	// +optional
+	Swap *bool `json:"swap,omitempty"`
 }
 
 // SecretNames are the Secrets in liken-system the registry configs name (credentials, TLS),

@@ -56,6 +56,8 @@ type Config struct {
 	// K3sRoot prefixes k3s's file paths ("/" on a machine); K3sPaths are those paths.
 	K3sRoot  k3s.Root
 	K3sPaths k3s.Paths
+	// SwapOn says whether swap is active here (nil: k3s.SwapOn reads /proc/swaps).
+	SwapOn func() bool
 	// Join is the server URL agents and joining servers render; empty for the first server.
 	Join string
 	// Restarter restarts k3s.

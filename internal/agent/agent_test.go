@@ -91,7 +91,7 @@ func (b *fakeBoot) initReport(stateDir string) {
 	r := &state.BootReport{PreflightDone: true} // the sim has no k3s for init to check
 	if st, err := (state.Store{Dir: stateDir}).Load(); err == nil && st.Staged != nil {
 		r.Network, _ = st.BootNetwork(b.info.Trial, b.info.Slot)
-		r.KernelModules, r.Disks = st.Staged.Machine.KernelModules, st.Staged.Machine.Disks
+		r.KernelModules, r.Disks, r.Swap = st.Staged.Machine.KernelModules, st.Staged.Machine.Disks, st.Staged.Cluster.Features.Swap
 		for _, d := range r.Disks {
 			ds := v1alpha1.DiskStatus{Device: d.Device, Phase: v1alpha1.DiskReady, Reason: v1alpha1.DiskPrepared}
 			if b.refuseDisks {
@@ -192,7 +192,7 @@ func (s *sim) start(t testing.TB) {
 	}
 	a, err := New(Config{
 		Machine: s.name, REST: cfg, State: state.Store{Dir: filepath.Join(s.dir, "state")},
-		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443",
+		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443", SwapOn: func() bool { return false },
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
 		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,

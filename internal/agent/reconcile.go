@@ -332,7 +332,8 @@ func (a *Agent) applyK3s(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 	if err != nil {
 		return err
 	}
-	rendered, err := k3s.Render(k3s.Input{Role: m.Spec.Role, NodeName: a.cfg.Machine, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths})
+	// The kubelet accepts swap whenever swap is on here: features.swap turns it on at boot.
+	rendered, err := k3s.Render(k3s.Input{Role: m.Spec.Role, NodeName: a.cfg.Machine, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths, SwapOn: a.swapOn()})
 	if err != nil {
 		return err
 	}
@@ -518,4 +519,11 @@ func (a *Agent) diskEvents(m *v1alpha1.Machine, disks []v1alpha1.DiskStatus) {
 		}
 		a.events.Eventf(m, typ, reason, "disk %s (%s): %s, %s: %s", d.Device, d.Path, d.Phase, d.Reason, d.Message)
 	}
+}
+
+func (a *Agent) swapOn() bool {
+	if a.cfg.SwapOn != nil {
+		return a.cfg.SwapOn()
+	}
+	return k3s.SwapOn()
 }

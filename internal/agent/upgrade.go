@@ -154,6 +154,7 @@ func (a *Agent) promoteBootSettings() error {
 				{"machine.spec.network", rep.Network, staged.Machine.Network, func() { promoted.Machine.Network = staged.Machine.Network }},
 				{"machine.spec.kernelModules", rep.KernelModules, staged.Machine.KernelModules, func() { promoted.Machine.KernelModules = staged.Machine.KernelModules }},
 				{"machine.spec.disks", rep.Disks, staged.Machine.Disks, func() { promoted.Machine.Disks = staged.Machine.Disks }},
+				{"cluster.spec.features.swap", rep.Swap, staged.Cluster.Features.Swap, func() { promoted.Cluster.Features.Swap = staged.Cluster.Features.Swap }},
 			} {
 				switch why := rep.NotApplied[f.field]; {
 				case why != "":

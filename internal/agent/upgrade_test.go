@@ -621,9 +621,19 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 	ready := refused
 	ready.Phase, ready.Reason, ready.Message, ready.ContentID = v1alpha1.DiskReady, v1alpha1.DiskWiped, "1 of 1 partitions formatted", "gpt:0FC63DAF-8483-4772-8E79-3D69D8477DE4"
 	powerCycle("boot-6", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}})
-	defer s.stop()
 	f.waitFor(t, "o1", "the disks applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return len(m.Status.Pending) == 0 && len(m.Status.Disks) == 1 && m.Status.Disks[0].Phase == v1alpha1.DiskReady &&
 			!meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded)
 	})
+
+	// The Cluster's features.swap: applied when a boot's report says init booted with it.
+	on := true
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.Swap = &on })
+	f.waitFor(t, "o1", "swap staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "cluster.spec.features.swap") })
+	powerCycle("boot-7", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}})
+	time.Sleep(2 * time.Second)
+	f.waitFor(t, "o1", "swap still pending after a boot without it", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "cluster.spec.features.swap") })
+	powerCycle("boot-8", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}, Swap: &on})
+	defer s.stop()
+	f.waitFor(t, "o1", "swap applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return len(m.Status.Pending) == 0 })
 }

@@ -19,11 +19,12 @@ func (s *system) dataDisks() error {
 		fmt.Fprintf(s.log, "liken-init: warning: /dev/disk/by-id: %v\n", err)
 	}
 	disks := s.machine.Spec.Disks
-	s.report.Disks = disks
+	s.report.Disks, s.report.Swap = disks, s.cluster.Spec.Features.Swap
 	if len(disks) == 0 {
 		return nil
 	}
-	env := datadisk.Env{Dev: "/dev", Sys: "/sys", Tools: datadisk.ImageTools(), Wait: 10 * time.Second, Log: s.log}
+	sw := s.cluster.Spec.Features.Swap
+	env := datadisk.Env{Dev: "/dev", Sys: "/sys", Tools: datadisk.ImageTools(), Wait: 10 * time.Second, Log: s.log, Swap: sw != nil && *sw}
 	if dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.State, time.Second); err == nil {
 		env.InstallDisk = datadisk.WholeDisk("/sys", "/dev", dev)
 	}

@@ -81,6 +81,7 @@ func (s *system) useStaged() {
 	s.machine.Spec.Network = s.bootNetwork(st)
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
 	s.machine.Spec.Disks = st.Staged.Machine.Disks
+	s.cluster.Spec.Features.Swap = st.Staged.Cluster.Features.Swap
 	fmt.Fprintln(s.log, "liken-init: network, kernel modules and disks from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
 	if a := st.Applied; a != nil {

@@ -1,6 +1,7 @@
 package standin
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -100,7 +101,23 @@ func (c *Config) preflight(getenv func(string) string, log io.Writer) error {
 		return err
 	}
 	h := preflight.DefaultHost(getenv("PATH"), built)
-	return preflight.Run(h.Checks(true, log), log, "k3s-standin")
+	if err := preflight.Run(h.Checks(true, log), log, "k3s-standin"); err != nil {
+		return err
+	}
+	return c.swapCheck(k3s.SwapOn(), log)
+}
+
+// swapCheck refuses to start with swap on unless the kubelet is told to accept it, as the
+// kubelet does (its failSwapOn defaults to true; Kubernetes: Swap memory management).
+func (c *Config) swapCheck(swapOn bool, log io.Writer) error {
+	if !swapOn {
+		return nil
+	}
+	if slices.Contains(c.list("kubelet-arg"), "fail-swap-on=false") {
+		fmt.Fprintln(log, "k3s-standin: swap is on, and the kubelet accepts it (kubelet-arg fail-swap-on=false)")
+		return nil
+	}
+	return errors.New("running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (as the kubelet says)")
 }
 
 // IptablesMain is the stand-in run as one of the iptables names (through the stand-in's

@@ -2,6 +2,7 @@ package standin
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,5 +55,26 @@ func TestIptablesMainSaysItIsAStandIn(t *testing.T) {
 	}
 	if _, ok := IptablesMain("/usr/bin/k3s", &out); ok {
 		t.Fatal("run as k3s: taken for iptables")
+	}
+}
+
+func TestSwapCheck(t *testing.T) {
+	for _, tc := range []struct {
+		on   bool
+		args any
+		ok   bool
+	}{
+		{false, nil, true},
+		{true, nil, false},
+		{true, []any{"max-pods=50"}, false},
+		{true, []any{"fail-swap-on=false"}, true},
+	} {
+		c := &Config{Values: map[string]any{}}
+		if tc.args != nil {
+			c.Values["kubelet-arg"] = tc.args
+		}
+		if err := c.swapCheck(tc.on, io.Discard); (err == nil) != tc.ok {
+			t.Errorf("swap on %v, kubelet-arg %v: %v", tc.on, tc.args, err)
+		}
 	}
 }

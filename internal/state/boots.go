@@ -53,6 +53,8 @@ type BootReport struct {
 	// Disks is the spec.disks init used at this boot, and DiskStatus what became of each.
 	Disks      []v1alpha1.Disk       `json:"disks,omitempty"`
 	DiskStatus []v1alpha1.DiskStatus `json:"diskStatus,omitempty"`
+	// Swap is the Cluster's features.swap init booted with.
+	Swap *bool `json:"swap,omitempty"`
 	// NotApplied maps a field ("machine.spec.network") to why init could not apply all of it.
 	NotApplied map[string]string `json:"notApplied,omitempty"`
 	// Modules are the Machine's modules init loaded, each as "name param=value ...".

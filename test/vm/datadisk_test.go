@@ -195,3 +195,15 @@ func fileSum(t *testing.T, p string) string {
 	}
 	return strings.Fields(string(out))[0]
 }
+
+func ptr[T any](v T) *T { return &v }
+
+// machine reads vm-1.
+func (j *joined) machine(t *testing.T) *v1alpha1.Machine {
+	t.Helper()
+	m, err := j.lc.Machine(t.Context(), "vm-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

@@ -230,8 +230,13 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	})
 	firstSetup := consoleLine(vm.Console(), "liken-init: data disks done in ")
 
+	if d := j.machine(t).Status.Disks; len(d) != 2 || !strings.Contains(d[1].Message, "swap (not activated: the Cluster's features.swap is off)") {
+		t.Errorf("status.disks with features.swap off: %+v", d)
+	}
+
+	// Release B, and swap on (a NextBoot change, taken by the same reboot).
 	start := time.Now()
-	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version = releaseB })
+	j.editCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Version, c.Spec.Features.Swap = releaseB, ptr(true) })
 	m := j.waitMachine(t, "release B staged in slot B", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "B" &&
 			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && hasPending(m, "cluster.spec.version")
@@ -273,6 +278,11 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 		}
 	}
 	laterSetup := consoleLine(vm.Console()[mark:], "liken-init: data disks done in ")
+	// Swap is on, and k3s was told to accept it (the stand-in, like the kubelet, refuses to
+	// start with swap on otherwise).
+	if !strings.Contains(m.Status.Disks[1].Message, " swap, on") || !strings.Contains(vm.Console()[mark:], "k3s-standin: swap is on, and the kubelet accepts it") {
+		t.Errorf("with features.swap on: %s", m.Status.Disks[1].Message)
+	}
 	j.waitTurnBack(t)
 	if env := espEnv(t, j.disk, nil); env[bootloader.EnvDefaultSlot] != "B" || env[bootloader.EnvTrialSlot] != "" {
 		t.Errorf("after the commit the boot loader's environment is %v; want default B, no trial", env)

@@ -77,6 +77,8 @@ type Env struct {
 	InstallDisk string
 	// Wait is how long a disk the spec names may take to appear.
 	Wait time.Duration
+	// Swap activates swap partitions (the Cluster's features.swap).
+	Swap bool
 	Log  io.Writer
 }
 
@@ -611,7 +613,16 @@ func (e Env) prepare(d v1alpha1.Disk, dev string, st *v1alpha1.DiskStatus, mount
 			*mounts = append(*mounts, mountReq{dev: parts[i], dir: p.MountPoint, fs: string(p.Filesystem)})
 			did = append(did, fmt.Sprintf("%s %s on %s", parts[i], p.Filesystem, p.MountPoint))
 		case "swap":
-			did = append(did, fmt.Sprintf("%s swap (not activated: see docs/disks.md)", parts[i]))
+			switch {
+			case !e.Swap:
+				did = append(did, fmt.Sprintf("%s swap (not activated: the Cluster's features.swap is off)", parts[i]))
+			default:
+				if err := swapon(parts[i]); err != nil {
+					did = append(did, fmt.Sprintf("%s swap (activating it failed: %v)", parts[i], err))
+				} else {
+					did = append(did, fmt.Sprintf("%s swap, on", parts[i]))
+				}
+			}
 		default:
 			did = append(did, fmt.Sprintf("%s unformatted", parts[i]))
 		}
@@ -867,4 +878,16 @@ func WholeDisk(sys, dev, part string) string {
 		return ""
 	}
 	return filepath.Join(dev, filepath.Base(filepath.Dir(real)))
+}
+
+// swapon activates a swap area (swapon(2)); one already active is left as it is.
+func swapon(dev string) error {
+	p, err := unix.BytePtrFromString(dev)
+	if err != nil {
+		return err
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_SWAPON, uintptr(unsafe.Pointer(p)), 0, 0); errno != 0 && errno != unix.EBUSY {
+		return errno
+	}
+	return nil
 }

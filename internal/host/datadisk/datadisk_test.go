@@ -275,10 +275,27 @@ func TestPrepareThenMountAgain(t *testing.T) {
 					t.Errorf("e2fsck -fn %s: %v\n%s", p(n), err, out)
 				}
 			}
+			if !strings.Contains(st[0].Message, "swap (not activated: the Cluster's features.swap is off)") {
+				t.Errorf("features.swap off: %s", st[0].Message)
+			}
+			// The next boot, with the Cluster's features.swap on: the swap area is activated.
 			log.Reset()
-			st = hostEnv(&log).Apply(spec)
+			env := hostEnv(&log)
+			env.Swap = true
+			st = env.Apply(spec)
 			if st[0].Phase != v1alpha1.DiskReady || st[0].Reason != v1alpha1.DiskMounted || !strings.HasPrefix(st[0].Message, "nothing formatted") {
 				t.Fatalf("second boot: %+v\n%s", st[0], log.String())
+			}
+			swaps, _ := os.ReadFile("/proc/swaps")
+			switch {
+			case strings.Contains(st[0].Message, "swap (activating it failed: operation not permitted)"):
+				t.Logf("this host does not allow swap: %s", st[0].Message)
+			case !strings.Contains(st[0].Message, p(3)+" swap, on") || !strings.Contains(string(swaps), p(3)):
+				t.Errorf("features.swap on: %s\n/proc/swaps:\n%s", st[0].Message, swaps)
+			default:
+				if err := swapCall(unix.SYS_SWAPOFF, p(3)); err != nil {
+					t.Errorf("swapoff: %v", err)
+				}
 			}
 			for _, f := range kept {
 				if b, err := os.ReadFile(f); err != nil || string(b) != "kept" {

@@ -8,6 +8,7 @@ package k3s
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -56,6 +57,9 @@ type Input struct {
 	// out, and the agent renders it whole once it reads the Secrets.
 	AllowMissingSecrets bool
 	Paths               Paths
+	// SwapOn says swap is active on this machine: the kubelet must be told to accept it, or
+	// it refuses to start ("running with swap on is not supported").
+	SwapOn bool
 }
 
 // Output is the rendered files: path → content (all written mode 0600: they may carry
@@ -123,6 +127,10 @@ func Render(in Input) (Output, error) {
 		cfg["server"] = in.Join
 	default:
 		return nil, fmt.Errorf("rendering k3s config: unknown role %q", in.Role)
+	}
+	if in.SwapOn {
+		// config.yaml's name for --kubelet-arg (k3s-io/k3s#4509, servers and agents).
+		cfg["kubelet-arg"] = []string{"fail-swap-on=false"}
 	}
 	config, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -254,4 +262,13 @@ func FirstServerURL(machines []*v1alpha1.Machine) string {
 		}
 	}
 	return ""
+}
+
+// SwapOn reads whether swap is active on this host (a device or file in /proc/swaps).
+func SwapOn() bool {
+	b, err := os.ReadFile("/proc/swaps")
+	if err != nil {
+		return false
+	}
+	return len(strings.Split(strings.TrimSpace(string(b)), "\n")) > 1 // a header, then one line each
 }

@@ -2,6 +2,7 @@ package k3s
 
 import (
 	"bytes"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -182,5 +183,29 @@ func TestRenderAtBootWithoutSecrets(t *testing.T) {
 	}
 	if !strings.Contains(reg, "https://mirror.local:5000") {
 		t.Errorf("the mirror itself must still be rendered:\n%s", reg)
+	}
+}
+
+// TestSwapOnTellsTheKubelet: with swap on, servers and agents both render k3s's kubelet-arg
+// fail-swap-on=false (a key k3s agent defines); without, neither does.
+func TestSwapOnTellsTheKubelet(t *testing.T) {
+	for _, role := range []v1alpha1.Role{v1alpha1.RoleServer, v1alpha1.RoleAgent} {
+		for _, on := range []bool{false, true} {
+			out, err := Render(Input{Role: role, NodeName: "n", Join: "https://s1:6443", Cluster: clusterSpec(), Secrets: secrets, Paths: DefaultPaths, SwapOn: on})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := keys(t, out[DefaultPaths.Config])["kubelet-arg"]
+			want := any(nil)
+			if on {
+				want = []any{"fail-swap-on=false"}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s, swap on %v: kubelet-arg %v, want %v", role, on, got, want)
+			}
+		}
+	}
+	if !agentFlags["kubelet-arg"] {
+		t.Error("kubelet-arg is not a k3s agent flag in the test's list")
 	}
 }
