@@ -223,7 +223,8 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	// first boot and mounted, nothing formatted, at each boot after.
 	j := joinMachines(t, apiserver.Options{}, 4096, []string{vmMachine + vmDisks}, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
 	data1, data2 := dataDisk(t, "data1", 200), dataDisk(t, "data2", 64)
-	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: data1, Serial: "data1"}, {Path: data2, Serial: "data2"}}, true, vmMAC)
+	// data1 has 4096-byte sectors too, data2 512-byte ones.
+	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: data1, Serial: "data1", SectorSize: 4096}, {Path: data2, Serial: "data2"}}, true, vmMAC)
 	j.waitMachine(t, "release A running from slot A, its data disks prepared", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 &&
 			disksAre(m, v1alpha1.DiskPrepared, v1alpha1.DiskPrepared)
