@@ -113,7 +113,8 @@ func Read(path string) (map[string]Extent, error) {
 	return out, nil
 }
 
-func allZero(b []byte) bool {
+// AllZero says whether b holds only zeros.
+func AllZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
 			return false

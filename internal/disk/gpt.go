@@ -1,7 +1,6 @@
 package disk
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -150,7 +149,7 @@ func readTableAt(f *os.File, sector, lba int64) (*Table, error) {
 	}
 	for i := 0; i < n; i++ {
 		e := buf[i*size : (i+1)*size]
-		if allZero(e[:16]) {
+		if AllZero(e[:16]) {
 			continue
 		}
 		u := make([]uint16, 36)
@@ -273,21 +272,4 @@ func ZeroRange(f *os.File, off, n int64) error {
 		n -= c
 	}
 	return f.Sync()
-}
-
-// IsZero says whether [off, off+n) of f holds only zeros.
-func IsZero(f *os.File, off, n int64) (bool, error) {
-	buf := make([]byte, 1<<20)
-	for n > 0 {
-		c := min(n, int64(len(buf)))
-		if _, err := f.ReadAt(buf[:c], off); err != nil {
-			return false, fmt.Errorf("reading %s at %d: %w", f.Name(), off, err)
-		}
-		if !bytes.Equal(buf[:c], make([]byte, c)) {
-			return false, nil
-		}
-		off += c
-		n -= c
-	}
-	return true, nil
 }

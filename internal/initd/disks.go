@@ -43,9 +43,10 @@ func (s *system) dataDisks() error {
 	return nil
 }
 
-// unmountDataDisks unmounts what dataDisks mounted, for a shutdown.
+// unmountDataDisks unmounts what dataDisks mounted, and whatever was mounted below it, for a
+// shutdown.
 func (s *system) unmountDataDisks() {
-	for _, err := range datadisk.Unmount(s.report.DiskStatus, s.report.Disks) {
+	if _, err := unmountUnder(datadisk.MountPoints(s.report.Disks)); err != nil {
 		fmt.Fprintf(s.log, "liken-init: %v\n", err)
 	}
 }

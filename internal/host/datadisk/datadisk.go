@@ -311,12 +311,6 @@ type Found struct {
 
 // Inspect reads what a disk holds.
 func Inspect(f *os.File, size int64) (Found, error) {
-	if t, err := disk.ReadTable(f); err == nil {
-		return Found{Table: t, What: describeTable(t), ContentID: "gpt:" + t.DiskGUID.String()}, nil
-	} else if !errors.Is(err, disk.ErrNoGPT) {
-		// A GPT header that does not check out: data of some kind, never "empty".
-		return Found{What: "a damaged GPT (" + err.Error() + ")", ContentID: contentHash(f, size)}, nil
-	}
 	head, tail := make([]byte, mib), make([]byte, mib)
 	if _, err := f.ReadAt(head, 0); err != nil {
 		return Found{}, fmt.Errorf("reading %s: %w", f.Name(), err)
@@ -324,34 +318,29 @@ func Inspect(f *os.File, size int64) (Found, error) {
 	if _, err := f.ReadAt(tail, size-mib); err != nil {
 		return Found{}, fmt.Errorf("reading %s: %w", f.Name(), err)
 	}
-	if allZero(head) && allZero(tail) {
+	if t, err := disk.ReadTable(f); err == nil {
+		return Found{Table: t, What: describeTable(t), ContentID: "gpt:" + t.DiskGUID.String()}, nil
+	} else if !errors.Is(err, disk.ErrNoGPT) {
+		// A GPT header that does not check out: data of some kind, never "empty".
+		return Found{What: "a damaged GPT (" + err.Error() + ")", ContentID: contentHash(head, tail)}, nil
+	}
+	if disk.AllZero(head) && disk.AllZero(tail) {
 		return Found{Empty: true, What: "an empty disk"}, nil
 	}
-	return Found{What: signature(head), ContentID: contentHash(f, size)}, nil
+	return Found{What: signature(head), ContentID: contentHash(head, tail)}, nil
 }
 
-func contentHash(f *os.File, size int64) string {
+// contentHash identifies a disk without a GPT by its first and last MiB.
+func contentHash(head, tail []byte) string {
 	h := sha256.New()
-	buf := make([]byte, mib)
-	for _, off := range []int64{0, size - mib} {
-		n, _ := f.ReadAt(buf, off)
-		h.Write(buf[:n])
-	}
+	h.Write(head)
+	h.Write(tail)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // at says whether b holds magic at off.
 func at(b []byte, off int, magic string) bool {
 	return off+len(magic) <= len(b) && string(b[off:off+len(magic)]) == magic
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // signature names what the first MiB of a disk without a GPT holds, as far as liken can
@@ -843,28 +832,18 @@ func mount(dev, dir, fs string) error {
 	return nil
 }
 
-// Unmount unmounts what Apply mounted, deepest first, for a shutdown.
-func Unmount(statuses []v1alpha1.DiskStatus, disks []v1alpha1.Disk) []error {
+// MountPoints are the mount points of the spec's partitions: where Apply mounted a file
+// system, or a placeholder for a disk not ready. A shutdown unmounts everything under them.
+func MountPoints(disks []v1alpha1.Disk) []string {
 	var points []string
-	for i := range statuses {
-		if i >= len(disks) {
-			continue
-		}
-		// Ready or not: a disk not ready has a placeholder on its mount points.
-		for _, p := range disks[i].Partitions {
+	for _, d := range disks {
+		for _, p := range d.Partitions {
 			if p.MountPoint != "" {
 				points = append(points, p.MountPoint)
 			}
 		}
 	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
-	var errs []error
-	for _, p := range points {
-		if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
-		}
-	}
-	return errs
+	return points
 }
 
 // WholeDisk names the disk a partition device is on (/dev/vda for /dev/vda3), "" if it

@@ -252,7 +252,7 @@ func TestPrepareThenMountAgain(t *testing.T) {
 				}
 			}
 			// The kernel takes the swap header as one.
-			switch err := swapCall(unix.SYS_SWAPON, p(3)); {
+			switch err := swapon(p(3)); {
 			case errors.Is(err, unix.EPERM):
 				t.Logf("swapon %s: %v: this host does not allow swap; blkid's reading stands", p(3), err)
 			case err != nil:
