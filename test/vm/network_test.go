@@ -30,7 +30,7 @@ func linkMTU(m *v1alpha1.Machine, name string) int32 {
 // failure and init's reason in status, and no further reboot for those settings. A good
 // change (an MTU) boots as a trial and commits.
 func TestNetworkChangeIsATrial(t *testing.T) {
-	j := joinCluster(t, "liken.trial.deadline=120")
+	j := joinCluster(t, "liken.trial.deadline=90")
 	vm := bootUEFI(t, j.disk, true, vmMAC)
 	j.waitMachine(t, "Ready with nothing pending", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		return meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
@@ -92,6 +92,6 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 			!meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineUpgradeFailed) && linkMTU(m, "eth0") == 1400
 	})
 	committed := time.Since(start)
-	report.Line("network change as a trial in the VM (TCG, trial deadline 120 s): approval of an unreachable address to the fallback reported %s; approval of a good change (MTU) to its commit %s",
+	report.Line("network change as a trial in the VM (TCG, trial deadline 90 s): approval of an unreachable address to the fallback reported %s; approval of a good change (MTU) to its commit %s",
 		fellBack.Round(time.Second), committed.Round(time.Second))
 }
