@@ -74,13 +74,15 @@ type sim struct {
 	clock *clock.Clock
 	// inventory, when set, is read every 200 ms for status.hardware and status.network.
 	inventory func() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus)
+	// restartDelay is the agent's RestartDelay (zero: 500 ms).
+	restartDelay time.Duration
 	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
 	// reporting the boot before, as a kubelet that has not started yet leaves it.
 	kubeletLate bool
 }
 
 // initReport makes the boot's report as init does when a test gives none: init applied the
-// network its trial rules give (state.BootNetwork), and the kernel modules and disks the
+// network and disks its trial rules give (state.BootSettings), and the kernel modules the
 // agent staged last (internal/initd useStaged).
 func (b *fakeBoot) initReport(stateDir string) {
 	b.mu.Lock()
@@ -90,8 +92,8 @@ func (b *fakeBoot) initReport(stateDir string) {
 	}
 	r := &state.BootReport{PreflightDone: true} // the sim has no k3s for init to check
 	if st, err := (state.Store{Dir: stateDir}).Load(); err == nil && st.Staged != nil {
-		r.Network, _ = st.BootNetwork(b.info.Trial, b.info.Slot)
-		r.KernelModules, r.Disks, r.Swap = st.Staged.Machine.KernelModules, st.Staged.Machine.Disks, st.Staged.Cluster.Features.Swap
+		r.Network, r.Disks, _ = st.BootSettings(b.info.Trial, b.info.Slot, b.info.Boots)
+		r.KernelModules, r.Swap = st.Staged.Machine.KernelModules, st.Staged.Cluster.Features.Swap
 		for _, d := range r.Disks {
 			ds := v1alpha1.DiskStatus{Device: d.Device, Phase: v1alpha1.DiskReady, Reason: v1alpha1.DiskPrepared}
 			if b.refuseDisks {
@@ -190,10 +192,14 @@ func (s *sim) start(t testing.TB) {
 	if s.wrap != nil {
 		cfg.Wrap(s.wrap)
 	}
+	delay := s.restartDelay
+	if delay == 0 {
+		delay = 500 * time.Millisecond
+	}
 	a, err := New(Config{
 		Machine: s.name, REST: cfg, State: state.Store{Dir: filepath.Join(s.dir, "state")},
 		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443", SwapOn: func() bool { return false },
-		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: 500 * time.Millisecond,
+		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: delay,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
 		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,
 		Coordinator: s.coordinatorConfig(), Clock: s.clock, ClockEvery: 200 * time.Millisecond,
@@ -376,6 +382,9 @@ func condTrue(m *v1alpha1.Machine, t string) bool {
 func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"s1": v1alpha1.RoleServer, "a1": v1alpha1.RoleAgent})
 	s1, a1 := newSim(t, "s1", v1alpha1.RoleServer), newSim(t, "a1", v1alpha1.RoleAgent)
+	// A restart delay long enough that three edits in a row fall inside it even on a loaded
+	// machine, where each API write can take a few hundred milliseconds.
+	s1.restartDelay, a1.restartDelay = 2*time.Second, 2*time.Second
 	s1.boot(t, f)
 	a1.boot(t, f)
 	s1.start(t)
@@ -440,7 +449,7 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.MetricsServer = ptr(false) })
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.LocalStorage = ptr(false) })
 		waitCount(t, "a server restart", func() bool { return s1.restarts() > before1 })
-		time.Sleep(1500 * time.Millisecond) // three restart delays: any extra restart would show
+		time.Sleep(2 * s1.restartDelay) // any extra restart would show by now
 		if got := s1.restarts() - before1; got != 1 {
 			t.Errorf("server restarted k3s %d times for a burst of three edits, want 1", got)
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // TestNetworkChangeIsATrial: an approved change of spec.network reboots into a trial of the
-// same slot, which alone boots with the new settings (state.BootNetwork). A trial that
+// same slot, which alone boots with the new settings (state.BootSettings). A trial that
 // misses its deadline leaves the machine on its last good settings, with the failure and
 // init's reason in status and an Event, and the same settings are not tried again; other
 // settings are, and a trial that passes makes them the last good ones.
@@ -46,7 +46,7 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	f.editMachine("n1", func(m *v1alpha1.Machine) { m.Spec.Network = bad })
 	f.waitFor(t, "n1", "the network staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.network") })
 	// Staged and not on trial, a boot keeps the last good network (a power cut now).
-	if n, _ := st().BootNetwork(false, "A"); state.NetworkHash(n) != state.NetworkHash(good.Network) {
+	if n, _, _ := st().BootSettings(false, "A", nil); state.NetworkHash(n) != state.NetworkHash(good.Network) {
 		t.Fatalf("a boot outside a trial would run %+v", n)
 	}
 	approve(f, "n1")
@@ -62,7 +62,7 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	// it, and the boot after is on the last good settings.
 	s.stop()
 	boot.boot("boot-2", "A", true, "")
-	if n, _ := st().BootNetwork(true, "A"); state.NetworkHash(n) != state.NetworkHash(bad) {
+	if n, _, _ := st().BootSettings(true, "A", nil); state.NetworkHash(n) != state.NetworkHash(bad) {
 		t.Fatalf("the trial boot would run %+v", n)
 	}
 	const why = "not found healthy within 3m0s; the API server https://10.0.2.2:6443 is unreachable on this boot's network (dial tcp 10.0.2.2:6443: connect: network is unreachable)"
@@ -128,5 +128,98 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	}
 	if g := st().GoodNetwork; g == nil || state.NetworkHash(g.Network) != state.NetworkHash(fixed) {
 		t.Errorf("after the commit the last good network is %+v", g)
+	}
+}
+
+// TestK3sDataDiskChangeIsATrial: a disk added for k3s's data boots once as a trial, as a
+// network change does; when the trial fails (init found no such disk, so k3s had nothing to
+// start on), the boot after runs the last good disks, status says which settings failed and
+// why, and they are not tried again. A change to a disk k3s does not need is no trial.
+func TestK3sDataDiskChangeIsATrial(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"n1": v1alpha1.RoleAgent})
+	boot := f.bootedOnClusterRelease(t)
+	s := newSim(t, "n1", v1alpha1.RoleAgent)
+	s.bootCtl = boot
+	s.boot(t, f)
+	s.start(t)
+	f.waitFor(t, "n1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
+	})
+	st := func() *state.State {
+		got, err := state.Store{Dir: filepath.Join(s.dir, "state")}.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if g := st().GoodDisks; g == nil || len(g.Disks) != 0 {
+		t.Fatalf("a boot outside a trial recorded last good disks %+v; want none", g)
+	}
+
+	k3sDisk := v1alpha1.Disk{Device: "/dev/disk/by-id/virtio-missing", Partitions: []v1alpha1.Partition{{Label: "k3s", Filesystem: "ext4", MountPoint: "/var/lib/rancher/k3s"}}}
+	f.editMachine("n1", func(m *v1alpha1.Machine) { m.Spec.Disks = []v1alpha1.Disk{k3sDisk} })
+	f.waitFor(t, "n1", "the disk staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.disks") })
+	if _, d, _ := st().BootSettings(false, "A", nil); len(d) != 0 {
+		t.Fatalf("a boot outside a trial would run disks %+v", d)
+	}
+	approve(f, "n1")
+	waitCount(t, "a reboot request", func() bool { return boot.lastReboot() != nil })
+	if r := boot.lastReboot(); r.TrialSlot != "A" {
+		t.Fatalf("reboot request %+v; want a trial of slot A", r)
+	}
+	want := state.TrialHash(nil, []v1alpha1.Disk{k3sDisk})
+	if at := st().Attempt; at == nil || at.Network != want {
+		t.Fatalf("the trial remembered: %+v; want settings %s", at, want)
+	}
+
+	s.stop()
+	boot.boot("boot-2", "A", true, "")
+	if _, d, _ := st().BootSettings(true, "A", nil); len(d) != 1 {
+		t.Fatalf("the trial boot would run disks %+v", d)
+	}
+	const why = "not found healthy within 3m0s; the API server https://10.0.2.2:6443 was reachable; data disks not ready: /dev/disk/by-id/virtio-missing: NotFound"
+	boot.lastRecord(func(r *state.BootRecord) { r.End, r.Message = state.EndHealthDeadline, why })
+	boot.boot("boot-3", "A", false, "")
+	reboots := boot.rebootCount()
+	s.start(t)
+	f.waitFor(t, "n1", "the failed disk trial reported", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHealthDeadline &&
+			strings.Contains(c.Message, "the disks of spec.disks that k3s's data needs failed their trial") && strings.Contains(c.Message, "NotFound") &&
+			!strings.Contains(c.Message, "spec.network") && hasPending(m, "machine.spec.disks") && condTrue(m, v1alpha1.MachineReady)
+	})
+	if r := boot.get().Report; r == nil || len(r.Disks) != 0 {
+		t.Errorf("the boot after the failed trial ran disks %+v; want the last good ones (none)", r)
+	}
+	approve(f, "n1")
+	time.Sleep(2 * time.Second)
+	if boot.rebootCount() != reboots {
+		t.Fatalf("disks that failed their trial rebooted the machine again: %+v", boot.lastReboot())
+	}
+	if m, _ := f.liken.Machine(t.Context(), "n1"); !strings.Contains(m.Status.Reboot.Message, "machine.spec.disks failed a trial here") {
+		t.Errorf("status.reboot: %+v", m.Status.Reboot)
+	}
+
+	// A disk k3s does not need: no trial, and the next boot takes it.
+	data := v1alpha1.Disk{Device: "/dev/disk/by-id/virtio-data", Partitions: []v1alpha1.Partition{{Label: "data", Filesystem: "ext4", MountPoint: "/var/mnt/data"}}}
+	f.editMachine("n1", func(m *v1alpha1.Machine) { m.Spec.Disks, m.Spec.Reboot = []v1alpha1.Disk{data}, nil })
+	f.waitFor(t, "n1", "the other disk staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.disks") && !condTrue(m, v1alpha1.MachineUpgradeFailed)
+	})
+	n := boot.rebootCount()
+	approve(f, "n1")
+	waitCount(t, "the reboot for the other disk", func() bool { return boot.rebootCount() == n+1 })
+	if r := boot.lastReboot(); r.TrialSlot != "" {
+		t.Fatalf("reboot request %+v; a disk k3s does not need is no trial", r)
+	}
+	s.stop()
+	boot.boot("boot-4", "A", false, "")
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "n1", "the other disk applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return len(m.Status.Pending) == 0 && condTrue(m, v1alpha1.MachineReady) && len(m.Status.Disks) == 1 && m.Status.Disks[0].Phase == v1alpha1.DiskReady
+	})
+	if g := st().GoodDisks; g == nil || len(g.Disks) != 1 || g.Disks[0].Device != data.Device {
+		t.Errorf("the last good disks are %+v", g)
 	}
 }

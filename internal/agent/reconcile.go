@@ -194,8 +194,9 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 			a.st.FailedKernelArgs = nil
 		}
 		if bi.Report != nil {
-			// Whatever the trial was for, the network it ran with is good now.
+			// Whatever the trial was for, the network and disks it ran with are good now.
 			a.st.GoodNetwork = &state.GoodNetwork{Network: bi.Report.Network}
+			a.st.GoodDisks = &state.GoodDisks{Disks: bi.Report.Disks}
 			if fn := a.st.FailedNetwork; fn != nil && fn.Args == at.Network {
 				a.st.FailedNetwork = nil
 			}

@@ -74,7 +74,8 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 }
 
 // notRetried says a pending field's value failed its trial here and is not tried again
-// (a release, or spec.network's settings), so it alone is no reason to reboot.
+// (a release, or the network and k3s data disks), so it alone is no reason to reboot. The
+// network and the disks boot as one: while their trial failed, neither changes at a reboot.
 func (v *upgradeView) notRetried(field string) bool {
 	if v == nil {
 		return false
@@ -82,8 +83,8 @@ func (v *upgradeView) notRetried(field string) bool {
 	switch field {
 	case "cluster.spec.version", "machine.spec.version":
 		return v.status.State == v1alpha1.UpgradeFellBack
-	case "machine.spec.network":
-		return v.networkFailed
+	case "machine.spec.network", "machine.spec.disks":
+		return v.settingsFailed
 	}
 	return false
 }

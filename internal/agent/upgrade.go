@@ -66,11 +66,13 @@ type upgradeView struct {
 	releaseReady bool
 	// trialSlot and trialArgs are what a reboot now would try; empty slot: a plain reboot.
 	trialSlot, trialArgs string
-	// trialNetwork is the hash of the network settings a reboot now would try, when they are
-	// not the last good ones (fromNetwork); empty: the reboot keeps the network.
-	trialNetwork, fromNetwork string
-	// networkFailed: spec.network's settings failed their trial here; not tried again.
-	networkFailed       bool
+	// trialSettings is the hash (state.TrialHash) of the network and k3s data disks a reboot
+	// now would try, when they are not the last good ones (fromSettings); empty: the reboot
+	// keeps them.
+	trialSettings, fromSettings string
+	// settingsFailed: the spec's network and k3s data disks failed their trial here; they
+	// are not tried again.
+	settingsFailed      bool
 	wantVersion, digest string
 	// failed is the failure to report in UpgradeFailed, if the wanted release or arguments
 	// failed their trial.
@@ -173,10 +175,12 @@ func (a *Agent) promoteBootSettings() error {
 		a.st.Applied = &promoted
 	}
 	if rep := bi.Report; rep != nil && (!bi.Trial || bi.Committed) {
-		// Outside a trial, the network init applied whole is the one to fall back to.
+		// Outside a trial, the network init applied whole is the one to fall back to, and
+		// the disks it ran with.
 		if _, failed := rep.NotApplied["machine.spec.network"]; !failed {
 			a.st.GoodNetwork = &state.GoodNetwork{Network: rep.Network}
 		}
+		a.st.GoodDisks = &state.GoodDisks{Disks: rep.Disks}
 	}
 	a.st.BootID = bi.BootID
 	return a.cfg.State.Save(a.st)
@@ -235,9 +239,9 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	if at == nil || bi == nil || bi.BootID == at.BootID {
 		return nil // no trial, or the reboot has not happened yet
 	}
-	// A trial of network settings alone boots the same slot with the same arguments as the
-	// boot after its failure: the boot log says whether it committed.
-	if bi.Slot == at.Slot && bi.KernelArgs == at.KernelArgs && (at.Network == "" || bi.Trial || trialCommitted(at, bi.Boots)) {
+	// A trial of network or disk settings alone boots the same slot with the same arguments
+	// as the boot after its failure: the boot log says whether it committed.
+	if bi.Slot == at.Slot && bi.KernelArgs == at.KernelArgs && (at.Network == "" || bi.Trial || at.Committed(bi.Boots)) {
 		if bi.Trial && !bi.Committed {
 			return nil // this boot is the trial: commitTrial settles it
 		}
@@ -268,7 +272,7 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	}
 	if at.Network != "" && at.Network != at.FromNetwork {
 		a.st.FailedNetwork = &state.FailedArgs{Args: at.Network, Reason: reason, Message: msg, At: now}
-		what = append(what, "the network settings of spec.network")
+		what = append(what, a.settingsTried(m))
 	}
 	a.st.Attempt = nil
 	if err := a.cfg.State.Save(a.st); err != nil {
@@ -299,20 +303,6 @@ func (a *Agent) failedRelease(digest string) *v1alpha1.FailedRelease {
 	return nil
 }
 
-// trialCommitted reports whether the trial boot after at committed, by init's boot log.
-func trialCommitted(at *state.Attempt, boots []state.BootRecord) bool {
-	after := false
-	for _, b := range boots {
-		switch {
-		case b.ID == at.BootID:
-			after = true
-		case after && b.Trial && b.Slot == at.Slot:
-			return b.Reached == state.ReachedCommitted
-		}
-	}
-	return false
-}
-
 // goodNetwork is the network the machine falls back to: the last one it ran outside a
 // trial, or committed in one.
 func (a *Agent) goodNetwork() *v1alpha1.MachineNetwork {
@@ -323,6 +313,37 @@ func (a *Agent) goodNetwork() *v1alpha1.MachineNetwork {
 		return a.st.Applied.Machine.Network
 	}
 	return nil
+}
+
+// goodDisks are the disks the machine falls back to, as goodNetwork is its network; before
+// any is recorded, the disks this boot runs with.
+func (a *Agent) goodDisks() []v1alpha1.Disk {
+	if g := a.st.GoodDisks; g != nil {
+		return g.Disks
+	}
+	if bi := a.bootInfo; bi != nil && bi.Report != nil {
+		return bi.Report.Disks
+	}
+	if a.st.Applied != nil {
+		return a.st.Applied.Machine.Disks
+	}
+	return nil
+}
+
+// settingsTried names what of m's settings tried only in a trial boot differ from the last
+// good ones: the network, the disks k3s's data needs, or both.
+func (a *Agent) settingsTried(m *v1alpha1.Machine) string {
+	var what []string
+	if state.NetworkHash(m.Spec.Network) != state.NetworkHash(a.goodNetwork()) {
+		what = append(what, "the network settings of spec.network")
+	}
+	if state.TrialHash(nil, m.Spec.Disks) != state.TrialHash(nil, a.goodDisks()) {
+		what = append(what, "the disks of spec.disks that k3s's data needs")
+	}
+	if len(what) == 0 {
+		return "the network and disk settings"
+	}
+	return strings.Join(what, " and ")
 }
 
 // armed reports whether init armed the attempt's trial, by the arming boot's record. A log
@@ -414,18 +435,19 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.trialArgs = bi.KernelArgs // not tried again until the spec changes them
 		v.failed = &v1alpha1.FailedRelease{Reason: fa.Reason, Message: fmt.Sprintf("kernel arguments %q failed their trial: %s", fa.Args, fa.Message), At: fa.At}
 	}
-	v.fromNetwork = state.NetworkHash(a.goodNetwork())
-	if fn := a.st.FailedNetwork; fn != nil && fn.Args != state.NetworkHash(m.Spec.Network) {
+	v.fromSettings = state.TrialHash(a.goodNetwork(), a.goodDisks())
+	h := state.TrialHash(m.Spec.Network, m.Spec.Disks)
+	if fn := a.st.FailedNetwork; fn != nil && fn.Args != h {
 		// The spec moved on: settings that failed once may be asked for again, and tried.
 		a.st.FailedNetwork = nil
 	}
-	if h := state.NetworkHash(m.Spec.Network); h != v.fromNetwork {
+	if h != v.fromSettings {
 		if fn := a.st.FailedNetwork; fn != nil && fn.Args == h {
 			// Not tried again until the spec asks for other settings.
-			v.failed = &v1alpha1.FailedRelease{Reason: fn.Reason, Message: "the network settings of spec.network failed their trial; the machine runs its last good ones: " + fn.Message, At: fn.At}
-			v.networkFailed = true
+			v.failed = &v1alpha1.FailedRelease{Reason: fn.Reason, Message: a.settingsTried(m) + " failed their trial; the machine runs its last good ones: " + fn.Message, At: fn.At}
+			v.settingsFailed = true
 		} else {
-			v.trialNetwork = h
+			v.trialSettings = h
 		}
 	}
 	version, digest := wanted(m, c)
@@ -460,8 +482,8 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.releaseReady = true
 		v.status.TargetSlot = v1alpha1.Slot(bi.Slot)
 		v.status.Message = fmt.Sprintf("running release %s from slot %s", version, bi.Slot)
-		if v.trialArgs != bi.KernelArgs || v.trialNetwork != "" {
-			v.trialSlot = bi.Slot // new kernel arguments or network settings boot as a trial of this slot
+		if v.trialArgs != bi.KernelArgs || v.trialSettings != "" {
+			v.trialSlot = bi.Slot // new kernel arguments, network or k3s data disks boot as a trial of this slot
 		}
 		return v
 	}
@@ -733,13 +755,16 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	why += ", on its disruption-budget turn"
 	req := supervisor.RebootRequest{Why: why}
 	trialSlot := v.trialSlot
-	if trialSlot == "" && (v.trialArgs != bi.KernelArgs || v.trialNetwork != "") {
+	if trialSlot == "" && (v.trialArgs != bi.KernelArgs || v.trialSettings != "") {
 		trialSlot = bi.Slot
 	}
 	if a.st.GoodNetwork == nil {
 		// State from before network trials: what runs now is what a failed trial falls back
 		// to, and init must know it before any trial is armed.
 		a.st.GoodNetwork = &state.GoodNetwork{Network: a.goodNetwork()}
+	}
+	if a.st.GoodDisks == nil {
+		a.st.GoodDisks = &state.GoodDisks{Disks: a.goodDisks()} // likewise, from before disk trials
 	}
 	if trialSlot != "" {
 		req.TrialSlot, req.TrialArgs = trialSlot, v.trialArgs
@@ -750,7 +775,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			Retry:    v.staged && a.failedRelease(v.digest) != nil, // the one try the setting allows
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
-			Network: v.trialNetwork, FromNetwork: v.fromNetwork,
+			Network: v.trialSettings, FromNetwork: v.fromSettings,
 			At: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
 	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))

@@ -30,17 +30,23 @@ func (s *system) dataDisks() error {
 	}
 	start := time.Now()
 	s.report.DiskStatus = env.Apply(disks)
-	var refused []string
-	for _, st := range s.report.DiskStatus {
-		if st.Phase != v1alpha1.DiskReady {
-			refused = append(refused, fmt.Sprintf("%s: %s", st.Device, st.Reason))
-		}
-	}
+	refused := s.disksNotReady()
 	fmt.Fprintf(s.log, "liken-init: data disks done in %s: %d of %d ready\n", time.Since(start).Round(time.Millisecond), len(disks)-len(refused), len(disks))
 	if len(refused) > 0 {
 		s.notApplied("machine.spec.disks", "not ready: "+strings.Join(refused, ", ")+" (see status.disks)")
 	}
 	return nil
+}
+
+// disksNotReady names each data disk this boot could not make ready, with why.
+func (s *system) disksNotReady() []string {
+	var out []string
+	for _, st := range s.report.DiskStatus {
+		if st.Phase != v1alpha1.DiskReady {
+			out = append(out, fmt.Sprintf("%s: %s", st.Device, st.Reason))
+		}
+	}
+	return out
 }
 
 // unmountDataDisks unmounts what dataDisks mounted, and whatever was mounted below it, for a

@@ -78,9 +78,8 @@ func (s *system) useStaged() {
 	if err != nil || st.Staged == nil || st.Staged.Machine.Role != s.machine.Spec.Role {
 		return
 	}
-	s.machine.Spec.Network = s.bootNetwork(st)
+	s.machine.Spec.Network, s.machine.Spec.Disks = s.bootSettings(st)
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
-	s.machine.Spec.Disks = st.Staged.Machine.Disks
 	s.cluster.Spec.Features.Swap = st.Staged.Cluster.Features.Swap
 	fmt.Fprintln(s.log, "liken-init: network, kernel modules and disks from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
@@ -97,13 +96,18 @@ func (s *system) useStaged() {
 	}
 }
 
-// bootNetwork is the network this boot runs with (state.BootNetwork).
-func (s *system) bootNetwork(st *state.State) *v1alpha1.MachineNetwork {
+// bootSettings are the network and disks this boot runs with (state.BootSettings).
+func (s *system) bootSettings(st *state.State) (*v1alpha1.MachineNetwork, []v1alpha1.Disk) {
 	trial, slot := false, ""
+	var boots []state.BootRecord
 	if s.boot != nil {
 		trial, slot = s.boot.trial, s.boot.slot
+		var err error
+		if boots, err = s.boot.boots.Load(); err != nil {
+			fmt.Fprintf(s.log, "liken-init: warning: %v\n", err)
+		}
 	}
-	n, how := st.BootNetwork(trial, slot)
-	fmt.Fprintf(s.log, "liken-init: network: %s\n", how)
-	return n
+	n, disks, how := st.BootSettings(trial, slot, boots)
+	fmt.Fprintf(s.log, "liken-init: network and disks: %s\n", how)
+	return n, disks
 }

@@ -442,6 +442,10 @@ func (s *system) run() error {
 			case <-time.After(deadline):
 				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", s.boot.slot)
 				msg := fmt.Sprintf("not found healthy within %s; %s", deadline, reachable(s.apiURL()))
+				if refused := s.disksNotReady(); len(refused) > 0 {
+					// A disk k3s's data needs that is missing leaves k3s nothing to start on.
+					msg += "; data disks not ready: " + strings.Join(refused, ", ")
+				}
 				fmt.Fprintf(s.log, "liken-init: %s\n", msg)
 				s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndHealthDeadline, msg })
 				sig <- unix.SIGTERM

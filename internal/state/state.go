@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -63,8 +65,12 @@ type State struct {
 	// committed: init boots with it, and with the staged network only in a trial boot armed
 	// for it. Nil: init takes the staged network (state written before network trials).
 	GoodNetwork *GoodNetwork `json:"goodNetwork,omitempty"`
-	// FailedNetwork is the network whose trial failed; it is not tried again until the spec
-	// asks for a different one. Args holds its hash (NetworkHash).
+	// GoodDisks are the disks of that boot, kept as GoodNetwork is: a change to a disk k3s's
+	// data needs (NeedsTrial) is tried only in a trial boot. Nil: init takes the staged
+	// disks (state written before disk trials).
+	GoodDisks *GoodDisks `json:"goodDisks,omitempty"`
+	// FailedNetwork are the network and k3s data disks whose trial failed; they are not
+	// tried again until the spec asks for different ones. Args holds their hash (TrialHash).
 	FailedNetwork *FailedArgs `json:"failedNetwork,omitempty"`
 	// LastRequestHandled is the requestedAt of the last reboot request carried out.
 	LastRequestHandled *metav1.Time `json:"lastRequestHandled,omitempty"`
@@ -92,8 +98,8 @@ type Attempt struct {
 	FromSlot       string `json:"fromSlot"`
 	FromDigest     string `json:"fromDigest"`
 	FromKernelArgs string `json:"fromKernelArgs"`
-	// Network is the hash (NetworkHash) of the network this trial boots with, when it tries
-	// one other than FromNetwork, the last good one; empty otherwise.
+	// Network is the hash (TrialHash) of the network and k3s data disks this trial boots
+	// with, when it tries others than FromNetwork, the last good ones; empty otherwise.
 	Network     string `json:"network,omitempty"`
 	FromNetwork string `json:"fromNetwork,omitempty"`
 	// Retry: spec.retryFailedDigest allowed this trial of a failed digest; its failure uses
@@ -102,6 +108,21 @@ type Attempt struct {
 	// BootID is the boot that armed the trial.
 	BootID string      `json:"bootID"`
 	At     metav1.Time `json:"at"`
+}
+
+// Committed reports whether the trial boot after the one that armed at committed, by init's
+// boot log.
+func (at *Attempt) Committed(boots []BootRecord) bool {
+	after := false
+	for _, b := range boots {
+		switch {
+		case b.ID == at.BootID:
+			after = true
+		case after && b.Trial && b.Slot == at.Slot:
+			return b.Reached == ReachedCommitted
+		}
+	}
+	return false
 }
 
 // NotAppliedAtBoot is a boot-time setting init could not apply at a boot.
@@ -169,27 +190,89 @@ type GoodNetwork struct {
 	Network *v1alpha1.MachineNetwork `json:"network,omitempty"`
 }
 
-// NetworkHash identifies a Machine's network settings, for trials and their failures.
+// GoodDisks are the disks a machine ran with when it last reached its cluster healthy.
+type GoodDisks struct {
+	Disks []v1alpha1.Disk `json:"disks,omitempty"`
+}
+
+// NetworkHash identifies a Machine's network settings.
 func NetworkHash(n *v1alpha1.MachineNetwork) string {
 	b, _ := json.Marshal(n)
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// BootNetwork is the network a boot runs with: the staged one only in the trial boot the
-// agent armed for it (the same slot, the same settings); otherwise the last good one, so a
-// network that failed its trial, or one staged and not yet tried, never strands a machine
-// that is not on trial. how says which, for the console.
-func (st *State) BootNetwork(trial bool, slot string) (n *v1alpha1.MachineNetwork, how string) {
+// k3sData are where k3s keeps its data (its data-dir, k3s.DefaultPaths.DataDir) and where the
+// kubelet keeps its pods' (its root-dir): a disk mounted at, above or below one of them
+// decides what k3s finds when it starts.
+var k3sData = []string{"/var/lib/rancher/k3s", "/var/lib/kubelet"}
+
+// NeedsTrial reports whether k3s's own data depends on d: a wrong disk there starts k3s
+// afresh (a server with an empty datastore) or not at all, so a change to it boots as a
+// trial, as a network change does.
+func NeedsTrial(d v1alpha1.Disk) bool {
+	for _, p := range d.Partitions {
+		if p.MountPoint == "" {
+			continue
+		}
+		mp := path.Clean(p.MountPoint)
+		for _, k := range k3sData {
+			if mp == k || strings.HasPrefix(k, mp+"/") || strings.HasPrefix(mp, k+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TrialHash identifies the settings a machine tries only in a trial boot: its network, and
+// the disks k3s's data needs. With no such disk it is NetworkHash, as before disks had
+// trials.
+func TrialHash(n *v1alpha1.MachineNetwork, disks []v1alpha1.Disk) string {
+	var k3s []v1alpha1.Disk
+	for _, d := range disks {
+		if NeedsTrial(d) {
+			k3s = append(k3s, d)
+		}
+	}
+	if len(k3s) == 0 {
+		return NetworkHash(n)
+	}
+	b, _ := json.Marshal(struct {
+		Network *v1alpha1.MachineNetwork `json:"network"`
+		Disks   []v1alpha1.Disk          `json:"disks"`
+	}{n, k3s})
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// BootSettings are the network and disks a boot runs with: the staged ones only in the trial
+// boot the agent armed for them (the same slot, the same settings) when they differ from the
+// last good ones in the network or in a disk k3s's data needs; otherwise the last good ones,
+// so settings that failed their trial, or are staged and not yet tried, never strand a
+// machine that is not on trial. A trial the boot log shows committed made the staged ones
+// good, even if the agent stopped before it recorded them. how says which, for the console.
+func (st *State) BootSettings(trial bool, slot string, boots []BootRecord) (n *v1alpha1.MachineNetwork, disks []v1alpha1.Disk, how string) {
 	if st.Staged == nil {
-		return nil, "nothing staged"
+		return nil, nil, "nothing staged"
 	}
-	staged := st.Staged.Machine.Network
-	if st.GoodNetwork == nil || NetworkHash(staged) == NetworkHash(st.GoodNetwork.Network) {
-		return staged, "the staged settings"
+	staged := st.Staged.Machine
+	goodN, goodD := staged.Network, staged.Disks
+	if st.GoodNetwork != nil {
+		goodN = st.GoodNetwork.Network
 	}
-	if at := st.Attempt; trial && at != nil && at.Slot == slot && at.Network == NetworkHash(staged) {
-		return staged, "this trial boot tries the staged settings; the last good ones come back if it fails"
+	if st.GoodDisks != nil {
+		goodD = st.GoodDisks.Disks
 	}
-	return st.GoodNetwork.Network, "the last good settings (the staged ones are tried only in a trial boot armed for them)"
+	h := TrialHash(staged.Network, staged.Disks)
+	if h == TrialHash(goodN, goodD) {
+		return staged.Network, staged.Disks, "the staged settings"
+	}
+	if at := st.Attempt; trial && at != nil && at.Slot == slot && at.Network == h {
+		return staged.Network, staged.Disks, "this trial boot tries the staged settings; the last good ones come back if it fails"
+	}
+	if at := st.Attempt; at != nil && at.Network == h && at.Committed(boots) {
+		return staged.Network, staged.Disks, "the staged settings (their trial committed)"
+	}
+	return goodN, goodD, "the last good settings (the staged ones are tried only in a trial boot armed for them)"
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/disk"
@@ -119,7 +120,9 @@ func partitionFiles(t *testing.T, img string, n int) string {
 // untouched (not one byte changes) while the machine boots and runs k3s; status.disks says
 // what it found, with its serial and content ID; the Machine is Degraded/DiskRefused and an
 // Event says so. A wipe naming that serial and content, approved, erases it once and
-// prepares it.
+// prepares it. Then a disk for k3s's data that is not there boots as a trial: k3s finds
+// nothing to start on, and the boot after runs the last good disks, with the failure and
+// init's reason in status.
 func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	held := dataDisk(t, "held", 96)
 	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", "-L", "old-data", held).CombinedOutput(); err != nil {
@@ -132,7 +135,7 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
         - label: data
           mountPoint: /var/mnt/data
 `
-	j := joinAs(t, vmMachine+spec, "")
+	j := joinAs(t, vmMachine+spec, "liken.trial.deadline=60")
 	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: held, Serial: "olddata"}}, true, vmMAC)
 	start := time.Now()
 	m := j.waitMachine(t, "the disk refused, k3s running", 5*time.Minute, func(m *v1alpha1.Machine) bool {
@@ -170,8 +173,37 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	wiped := time.Since(approved)
 	j.waitEvents(t, "vm-1", "DiskWiped", 1)
 	j.waitEvents(t, "vm-1", v1alpha1.ReasonDiskRefused, 1) // none more: the wiped boot refused nothing
-	report.Line("data disk in the VM (TCG): the disk holding data refused, untouched and reported %s after the VM started; approval of the wipe to the disk wiped, prepared and reported %s",
-		refusedAfter.Round(time.Second), wiped.Round(time.Second))
+
+	// A disk for k3s's data that is not there. Its reboot is a trial: init finds no such disk
+	// and puts an empty read-only file system at k3s's data directory, so k3s never becomes
+	// healthy; the boot after runs the last good disks.
+	mark = vm.Mark()
+	j.editMachine(t, func(m *v1alpha1.Machine) {
+		m.Spec.Disks = append(m.Spec.Disks, v1alpha1.Disk{Device: "/dev/disk/by-id/virtio-nosuch",
+			Partitions: []v1alpha1.Partition{{Label: "k3s", MountPoint: "/var/lib/rancher/k3s"}}})
+	})
+	j.waitMachine(t, "the disk for k3s's data staged", 2*time.Minute, func(m *v1alpha1.Machine) bool {
+		return hasPending(m, "machine.spec.disks") && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+	approved = time.Now()
+	j.approve(t)
+	expectAfter(t, vm, mark, "liken-init: network and disks: this trial boot tries the staged settings", 5*time.Minute)
+	expectAfter(t, vm, mark, "data disks not ready: /dev/disk/by-id/virtio-nosuch: NotFound", 5*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: network and disks: the last good settings", 3*time.Minute)
+	m = j.waitMachine(t, "the failed disk trial reported, Ready on the last good disks", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHealthDeadline &&
+			strings.Contains(c.Message, "the disks of spec.disks that k3s's data needs failed their trial") &&
+			meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Reboot.State == v1alpha1.RebootNone &&
+			hasPending(m, "machine.spec.disks") && disksAre(m, v1alpha1.DiskMounted)
+	})
+	fellBack := time.Since(approved)
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed); !strings.Contains(c.Message, "virtio-nosuch: NotFound") {
+		t.Errorf("the failure does not name the disk that was not there: %s", c.Message)
+	}
+	j.waitEvents(t, "vm-1", "TrialFailed", 1)
+	report.Line("data disk in the VM (TCG): the disk holding data refused, untouched and reported %s after the VM started; approval of the wipe to the disk wiped, prepared and reported %s; a disk for k3s's data that is not there, approved: back on the last good disks and reported %s later (trial deadline 60 s)",
+		refusedAfter.Round(time.Second), wiped.Round(time.Second), fellBack.Round(time.Second))
 }
 
 // waitEvents waits up to a minute for n Events of a reason about a Machine (the agent

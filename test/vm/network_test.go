@@ -46,9 +46,9 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	})
 	start := time.Now()
 	j.approve(t)
-	expectAfter(t, vm, mark, "liken-init: network: this trial boot tries the staged settings", 5*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: network and disks: this trial boot tries the staged settings", 5*time.Minute)
 	expectAfter(t, vm, mark, "missed its health deadline", 5*time.Minute)
-	expectAfter(t, vm, mark, "liken-init: network: the last good settings", 3*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: network and disks: the last good settings", 3*time.Minute)
 	m := j.waitMachine(t, "the failed trial reported, Ready on the old network", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
 		return c != nil && c.Status == "True" && c.Reason == v1alpha1.ReasonHealthDeadline && strings.Contains(c.Message, "spec.network failed their trial") &&
@@ -85,7 +85,7 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	})
 	start = time.Now()
 	j.approve(t)
-	expectAfter(t, vm, mark, "liken-init: network: this trial boot tries the staged settings", 5*time.Minute)
+	expectAfter(t, vm, mark, "liken-init: network and disks: this trial boot tries the staged settings", 5*time.Minute)
 	expectAfter(t, vm, mark, "liken-init: trial of slot A committed", 5*time.Minute)
 	j.waitMachine(t, "the network committed, MTU 1400", 3*time.Minute, func(m *v1alpha1.Machine) bool {
 		return len(m.Status.Pending) == 0 && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) &&
