@@ -15,12 +15,9 @@ import (
 	"liken.dev/liken/internal/state"
 )
 
-// TestNetworkChangeIsATrial: an approved change of spec.network reboots into a trial of the
-// same slot, which alone boots with the new settings (state.BootSettings). A trial that
-// misses its deadline leaves the machine on its last good settings, with the failure and
-// init's reason in status and an Event, and the same settings are not tried again; other
-// settings are, and a trial that passes makes them the last good ones.
-func TestNetworkChangeIsATrial(t *testing.T) {
+// readyForTrials starts agent n1 on a boot control, Ready with nothing pending, and returns
+// a reader of its state file.
+func readyForTrials(t *testing.T) (*fixture, *fakeBoot, *sim, func() *state.State) {
 	f := setup(t, map[string]v1alpha1.Role{"n1": v1alpha1.RoleAgent})
 	boot := f.bootedOnClusterRelease(t)
 	s := newSim(t, "n1", v1alpha1.RoleAgent)
@@ -30,13 +27,22 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	f.waitFor(t, "n1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
 	})
-	st := func() *state.State {
+	return f, boot, s, func() *state.State {
 		got, err := state.Store{Dir: filepath.Join(s.dir, "state")}.Load()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
+}
+
+// TestNetworkChangeIsATrial: an approved change of spec.network reboots into a trial of the
+// same slot, which alone boots with the new settings (state.BootSettings). A trial that
+// misses its deadline leaves the machine on its last good settings, with the failure and
+// init's reason in status and an Event, and the same settings are not tried again; other
+// settings are, and a trial that passes makes them the last good ones.
+func TestNetworkChangeIsATrial(t *testing.T) {
+	f, boot, s, st := readyForTrials(t)
 	good := st().GoodNetwork
 	if good == nil {
 		t.Fatal("a boot outside a trial recorded no last good network")
@@ -136,22 +142,7 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 // start on), the boot after runs the last good disks, status says which settings failed and
 // why, and they are not tried again. A change to a disk k3s does not need is no trial.
 func TestK3sDataDiskChangeIsATrial(t *testing.T) {
-	f := setup(t, map[string]v1alpha1.Role{"n1": v1alpha1.RoleAgent})
-	boot := f.bootedOnClusterRelease(t)
-	s := newSim(t, "n1", v1alpha1.RoleAgent)
-	s.bootCtl = boot
-	s.boot(t, f)
-	s.start(t)
-	f.waitFor(t, "n1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
-	})
-	st := func() *state.State {
-		got, err := state.Store{Dir: filepath.Join(s.dir, "state")}.Load()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	f, boot, s, st := readyForTrials(t)
 	if g := st().GoodDisks; g == nil || len(g.Disks) != 0 {
 		t.Fatalf("a boot outside a trial recorded last good disks %+v; want none", g)
 	}

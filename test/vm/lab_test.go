@@ -140,7 +140,7 @@ func TestLabUpAndDown(t *testing.T) {
 				st, _ := liken("status", "--kubeconfig", kc)
 				t.Fatalf("the fleet is not on %s (slot %s) after %s:\n%s", version, slot, timeout, st)
 			}
-			time.Sleep(10 * time.Second)
+			time.Sleep(3 * time.Second)
 		}
 	}
 	fleetOn(v2, v1alpha1.SlotB, 20*time.Minute)
