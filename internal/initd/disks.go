@@ -49,6 +49,15 @@ func (s *system) disksNotReady() []string {
 	return out
 }
 
+// withDisks adds to a failed boot's message the data disks that were not ready: a disk k3s's
+// data needs that is missing leaves k3s, or init's preparation of it, nothing to work on.
+func (s *system) withDisks(msg string) string {
+	if refused := s.disksNotReady(); len(refused) > 0 {
+		msg += "; data disks not ready: " + strings.Join(refused, ", ")
+	}
+	return msg
+}
+
 // unmountDataDisks unmounts what dataDisks mounted, and whatever was mounted below it, for a
 // shutdown.
 func (s *system) unmountDataDisks() {

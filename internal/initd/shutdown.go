@@ -62,6 +62,14 @@ func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s f
 		fmt.Fprintf(s.log, "liken-init: %v\n", err)
 	}
 	s.boot.record(func(r *state.BootRecord) { r.Shutdown = how })
+	s.releaseDisks()
+	fmt.Fprintf(s.log, "liken-init: shutdown %s in %s (%d processes got SIGTERM after k3s, %d needed SIGKILL; %d of k3s's mounts unmounted)\n",
+		how, time.Since(start).Round(10*time.Millisecond), termed, killed, n)
+}
+
+// releaseDisks unmounts the data disks, then the state partition (or remounts it read-only
+// if it stays busy), so the next boot finds every file system clean.
+func (s *system) releaseDisks() {
 	s.unmountDataDisks()
 	unix.Sync()
 	unix.Unmount("/etc/rancher", 0)
@@ -72,8 +80,6 @@ func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s f
 		}
 	}
 	unix.Sync()
-	fmt.Fprintf(s.log, "liken-init: shutdown %s in %s (%d processes got SIGTERM after k3s, %d needed SIGKILL; %d of k3s's mounts unmounted)\n",
-		how, time.Since(start).Round(10*time.Millisecond), termed, killed, n)
 }
 
 // stopContainers asks k3s's containerd to stop every container, each with its grace, then

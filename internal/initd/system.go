@@ -56,8 +56,10 @@ type system struct {
 	boot    *bootControl
 	// rebootCh receives the agent's reboot requests (through boot).
 	rebootCh chan string
-	// stateFS is how the state file system was found before it was mounted.
-	stateFS string
+	// stateFS is how the state file system was found before it was mounted; stateMounted
+	// says it is.
+	stateFS      string
+	stateMounted bool
 	// report is what this boot applied of the boot-time settings (the agent reads it).
 	report state.BootReport
 	// watchdog is the hardware watchdog init armed as it started (nil without one);
@@ -72,8 +74,14 @@ func Main() {
 		return
 	}
 	s, err := systemStage(os.Stdout)
-	if s != nil && s.boot != nil {
-		s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, err.Error() })
+	if s != nil && err != nil {
+		err = errors.New(s.withDisks(err.Error()))
+		if s.boot != nil {
+			s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, err.Error() })
+		}
+		if s.stateMounted {
+			s.releaseDisks() // nothing runs yet: k3s starts after the last step that can fail
+		}
 	}
 	initramfs.Fail(os.Stdout, err) // a trial reboots into the last good slot
 }
@@ -185,6 +193,7 @@ func (s *system) mounts() error {
 	if err := unix.Mount(dev, stateMount, "ext4", unix.MS_NOATIME, ""); err != nil {
 		return fmt.Errorf("mounting the state partition %s: %w", dev, err)
 	}
+	s.stateMounted = true
 	for _, d := range []string{likenState, rancherDir, "/var/log", "/var/lib/rancher/k3s", "/run/liken"} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -441,11 +450,7 @@ func (s *system) run() error {
 			case <-s.boot.committedCh:
 			case <-time.After(deadline):
 				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", s.boot.slot)
-				msg := fmt.Sprintf("not found healthy within %s; %s", deadline, reachable(s.apiURL()))
-				if refused := s.disksNotReady(); len(refused) > 0 {
-					// A disk k3s's data needs that is missing leaves k3s nothing to start on.
-					msg += "; data disks not ready: " + strings.Join(refused, ", ")
-				}
+				msg := s.withDisks(fmt.Sprintf("not found healthy within %s; %s", deadline, reachable(s.apiURL())))
 				fmt.Fprintf(s.log, "liken-init: %s\n", msg)
 				s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndHealthDeadline, msg })
 				sig <- unix.SIGTERM

@@ -175,8 +175,9 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	j.waitEvents(t, "vm-1", v1alpha1.ReasonDiskRefused, 1) // none more: the wiped boot refused nothing
 
 	// A disk for k3s's data that is not there. Its reboot is a trial: init finds no such disk
-	// and puts an empty read-only file system at k3s's data directory, so k3s never becomes
-	// healthy; the boot after runs the last good disks.
+	// and puts an empty read-only file system at k3s's data directory, where this server's
+	// init cannot prepare k3s (an agent's k3s would not start), so the trial fails; the boot
+	// after runs the last good disks.
 	mark = vm.Mark()
 	j.editMachine(t, func(m *v1alpha1.Machine) {
 		m.Spec.Disks = append(m.Spec.Disks, v1alpha1.Disk{Device: "/dev/disk/by-id/virtio-nosuch",
@@ -189,10 +190,13 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	j.approve(t)
 	expectAfter(t, vm, mark, "liken-init: network and disks: this trial boot tries the staged settings", 5*time.Minute)
 	expectAfter(t, vm, mark, "data disks not ready: /dev/disk/by-id/virtio-nosuch: NotFound", 5*time.Minute)
-	expectAfter(t, vm, mark, "liken-init: network and disks: the last good settings", 3*time.Minute)
+	failed := vm.Mark()
+	// The failed boot released its file systems before it rebooted.
+	expectAfter(t, vm, failed, "liken-init: the state partition was cleanly unmounted", 3*time.Minute)
+	expectAfter(t, vm, failed, "liken-init: network and disks: the last good settings", 3*time.Minute)
 	m = j.waitMachine(t, "the failed disk trial reported, Ready on the last good disks", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHealthDeadline &&
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonInitFailed &&
 			strings.Contains(c.Message, "the disks of spec.disks that k3s's data needs failed their trial") &&
 			meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Reboot.State == v1alpha1.RebootNone &&
 			hasPending(m, "machine.spec.disks") && disksAre(m, v1alpha1.DiskMounted)
@@ -202,7 +206,7 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 		t.Errorf("the failure does not name the disk that was not there: %s", c.Message)
 	}
 	j.waitEvents(t, "vm-1", "TrialFailed", 1)
-	report.Line("data disk in the VM (TCG): the disk holding data refused, untouched and reported %s after the VM started; approval of the wipe to the disk wiped, prepared and reported %s; a disk for k3s's data that is not there, approved: back on the last good disks and reported %s later (trial deadline 60 s)",
+	report.Line("data disk in the VM (TCG): the disk holding data refused, untouched and reported %s after the VM started; approval of the wipe to the disk wiped, prepared and reported %s; a disk for k3s's data that is not there, approved: the trial failed (init could not prepare k3s) and the machine was back on its last good disks, reported %s after the approval",
 		refusedAfter.Round(time.Second), wiped.Round(time.Second), fellBack.Round(time.Second))
 }
 
