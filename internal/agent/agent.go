@@ -132,6 +132,9 @@ type Agent struct {
 	jobRetryAt     time.Time
 	jobRetryDigest string
 	jobLastErr     string
+	// peerLeases are the resourceVersions of the Node Leases a server's network trial waits
+	// on, as first seen in this run (peersReach).
+	peerLeases map[string]string
 	// rebooting is set once init accepted a reboot: this agent's last moments.
 	rebooting bool
 	// lastFailureKey names the failures last reported, so each new set gets one Event.

@@ -12,6 +12,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/state"
 )
 
@@ -212,5 +213,66 @@ func TestK3sDataDiskChangeIsATrial(t *testing.T) {
 	})
 	if g := st().GoodDisks; g == nil || len(g.Disks) != 1 || g.Disks[0].Device != data.Device {
 		t.Errorf("the last good disks are %+v", g)
+	}
+}
+
+// TestServerNetworkTrialWaitsForAPeer: a server's agent reaches its own k3s over loopback,
+// so its trial of new network settings commits only once another machine that was Ready
+// reaches it (its kubelet renews its Node Lease through it): while the agent machine is
+// away, the trial waits, and says so.
+func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"s1": v1alpha1.RoleServer, "a1": v1alpha1.RoleAgent})
+	boot := f.bootedOnClusterRelease(t)
+	s1, a1 := newSim(t, "s1", v1alpha1.RoleServer), newSim(t, "a1", v1alpha1.RoleAgent)
+	s1.bootCtl = boot
+	for _, s := range []*sim{s1, a1} {
+		s.boot(t, f)
+		s.start(t)
+		f.waitFor(t, s.name, "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
+		})
+	}
+	defer a1.stop()
+	st := func() *state.State {
+		got, err := state.Store{Dir: filepath.Join(s1.dir, "state")}.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	mtu := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true, MTU: 1400}}}
+	f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Network = mtu })
+	f.waitFor(t, "s1", "the network staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.network") })
+	approve(f, "s1")
+	waitCount(t, "a reboot request", func() bool { return boot.lastReboot() != nil })
+	if at := st().Attempt; at == nil || len(at.Peers) != 1 || at.Peers[0] != "a1" {
+		t.Fatalf("the trial remembered: %+v; want it to wait for peer a1", at)
+	}
+
+	// The trial boot, with the agent machine away (its agent and its k3s stopped): s1 is
+	// Ready, and does not commit.
+	s1.stop()
+	a1.stop()
+	if err := a1.k3s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	boot.boot("boot-2", "A", true, "")
+	s1.start(t)
+	defer s1.stop()
+	f.waitFor(t, "s1", "the trial waiting for a peer, said in status", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		return kube.NodeReady(n) && m.Status.Upgrade.State == v1alpha1.UpgradeTrial && strings.Contains(m.Status.Upgrade.Message, "none of a1 renewed its Node Lease")
+	})
+	time.Sleep(3 * time.Second)
+	if boot.get().Committed {
+		t.Fatal("the server's network trial committed with no other machine reaching it")
+	}
+	// The agent machine comes back and reaches the server: the trial commits.
+	if _, err := a1.k3s.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a1.start(t)
+	waitCount(t, "the trial committed", func() bool { return boot.get().Committed })
+	if g := st().GoodNetwork; g == nil || state.NetworkHash(g.Network) != state.NetworkHash(mtu) {
+		t.Errorf("after the commit the last good network is %+v", g)
 	}
 }

@@ -181,6 +181,19 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 		a.queue.AddAfter(keyReconcile, 5*time.Second)
 		return nil
 	}
+	if at := a.st.Attempt; at != nil && at.Slot == bi.Slot && len(at.Peers) > 0 {
+		if waiting := a.peersReach(ctx, at.Peers); waiting != "" {
+			if at.Waiting != waiting {
+				at.Waiting = waiting
+				if err := a.cfg.State.Save(a.st); err != nil {
+					return err
+				}
+				a.log.Info("trial not committed yet", "waiting", waiting)
+			}
+			a.queue.AddAfter(keyReconcile, 2*time.Second)
+			return nil
+		}
+	}
 	if err := a.cfg.Boot.CommitTrial(ctx); err != nil {
 		return err
 	}

@@ -256,6 +256,9 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 		return a.cfg.State.Save(a.st)
 	}
 	reason, msg := trialFailure(at, bi.Boots)
+	if at.Waiting != "" {
+		msg += "; the agent was waiting: " + at.Waiting
+	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
 	what := []string{}
 	if at.Digest != at.FromDigest {
@@ -475,6 +478,9 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	if v.release.Trial {
 		v.status.State, v.status.TargetSlot = v1alpha1.UpgradeTrial, v1alpha1.Slot(bi.Slot)
 		v.status.Message = fmt.Sprintf("trial boot of slot %s: it becomes the default once k3s is healthy, the node Ready and the spec applied", bi.Slot)
+		if at := a.st.Attempt; at != nil && at.Waiting != "" {
+			v.status.Message += "; " + at.Waiting
+		}
 		return v
 	}
 	if running.Digest == digest {
@@ -775,7 +781,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			Retry:    v.staged && a.failedRelease(v.digest) != nil, // the one try the setting allows
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
-			Network: v.trialSettings, FromNetwork: v.fromSettings,
+			Network: v.trialSettings, FromNetwork: v.fromSettings, Peers: a.peersToWaitFor(ctx, m),
 			At: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
 	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))

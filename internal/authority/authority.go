@@ -96,6 +96,9 @@ func CoordinatorRBAC() (*rbacv1.ClusterRole, *rbacv1.Role) {
 			{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"get", "list"}},
+			// A server's network trial commits only once another machine's kubelet has renewed
+			// its Lease through it (internal/agent peersReach).
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
 		},
 	}
 	lease := &rbacv1.Role{

@@ -102,6 +102,12 @@ type Attempt struct {
 	// with, when it tries others than FromNetwork, the last good ones; empty otherwise.
 	Network     string `json:"network,omitempty"`
 	FromNetwork string `json:"fromNetwork,omitempty"`
+	// Peers are the other Nodes Ready when a server armed a trial of new network settings:
+	// the trial commits only once one of them has reached this server (its kubelet renewed
+	// its Lease), since the server's own agent reaches its k3s over loopback whatever the
+	// network. Waiting says what the commit last waited for, for the failure's message.
+	Peers   []string `json:"peers,omitempty"`
+	Waiting string   `json:"waiting,omitempty"`
 	// Retry: spec.retryFailedDigest allowed this trial of a failed digest; its failure uses
 	// that setting's one retry.
 	Retry bool `json:"retry,omitempty"`

@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/state"
+)
+
+// peersToWaitFor names the machines a server's trial of new network settings waits for: the
+// other Nodes Ready now. A server's agent reaches its own k3s over loopback, so its Node
+// Ready proves nothing about an address the others cannot reach; one of them reaching this
+// server does. None for an agent (it reaches a remote API server already), for a trial that
+// keeps the network, or for a lone server.
+func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine) []string {
+	if m.Spec.Role != v1alpha1.RoleServer || state.NetworkHash(m.Spec.Network) == state.NetworkHash(a.goodNetwork()) {
+		return nil
+	}
+	nodes, err := a.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		a.log.Warn("listing Nodes for the network trial's peers; the trial waits for none", "err", err)
+		return nil
+	}
+	var peers []string
+	for _, n := range nodes.Items {
+		if n.Name == a.cfg.Machine {
+			continue
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				peers = append(peers, n.Name)
+			}
+		}
+	}
+	sort.Strings(peers)
+	return peers
+}
+
+// peersReach says what the trial still waits for ("" once a peer reached this server): a
+// peer's kubelet renewing its Lease in kube-node-lease after this agent first looked. The
+// renewal is a write this server's API server took (or, with several servers, its
+// datastore), so it proves the peer reaches this machine on the network it boots with; the
+// Lease's resourceVersion is compared, not its time, so no clock is trusted.
+func (a *Agent) peersReach(ctx context.Context, peers []string) string {
+	if a.peerLeases == nil {
+		a.peerLeases = map[string]string{}
+	}
+	for _, p := range peers {
+		l, err := a.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, p, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		seen, ok := a.peerLeases[p]
+		if ok && seen != l.ResourceVersion {
+			return ""
+		}
+		if !ok {
+			a.peerLeases[p] = l.ResourceVersion
+		}
+	}
+	return fmt.Sprintf("no other machine has reached this server on its new network since it booted (none of %s renewed its Node Lease through it)", strings.Join(peers, ", "))
+}
