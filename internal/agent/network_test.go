@@ -28,7 +28,12 @@ func readyForTrials(t *testing.T) (*fixture, *fakeBoot, *sim, func() *state.Stat
 	f.waitFor(t, "n1", "Ready with nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
 	})
-	return f, boot, s, func() *state.State {
+	return f, boot, s, stateOf(t, s)
+}
+
+// stateOf reads a sim's state file.
+func stateOf(t *testing.T, s *sim) func() *state.State {
+	return func() *state.State {
 		got, err := state.Store{Dir: filepath.Join(s.dir, "state")}.Load()
 		if err != nil {
 			t.Fatal(err)
@@ -110,6 +115,18 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	if m, _ := f.liken.Machine(t.Context(), "n1"); m.Status.Reboot.State != v1alpha1.RebootNone || !strings.Contains(m.Status.Reboot.Message, "machine.spec.network failed a trial here") {
 		t.Errorf("status.reboot: %+v", m.Status.Reboot)
 	}
+	// A disk k3s does not need, added meanwhile, waits with the failed network: the two boot
+	// together, and status says so rather than blame the disk.
+	data := v1alpha1.Disk{Device: "/dev/disk/by-id/virtio-data", Partitions: []v1alpha1.Partition{{Label: "data", Filesystem: "ext4", MountPoint: "/var/mnt/data"}}}
+	f.editMachine("n1", func(m *v1alpha1.Machine) { m.Spec.Disks = []v1alpha1.Disk{data} })
+	f.waitFor(t, "n1", "the disk waiting with the failed network", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.disks") && m.Status.Reboot.State == v1alpha1.RebootNone &&
+			strings.Contains(m.Status.Reboot.Message, "machine.spec.network failed a trial here") &&
+			strings.Contains(m.Status.Reboot.Message, "machine.spec.disks waits with the settings whose trial failed")
+	})
+	if boot.rebootCount() != reboots {
+		t.Fatalf("the machine rebooted for a disk that waits with the failed network: %+v", boot.lastReboot())
+	}
 
 	// Other settings are tried, and commit.
 	fixed := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true, MTU: 1400}}}
@@ -125,6 +142,20 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	}
 	s.stop()
 	boot.boot("boot-4", "A", true, "")
+	// The agent takes in the trial boot, and stops before it commits (its Node still reports
+	// the boot before); the trial is committed meanwhile, as when the agent stops between
+	// committing and recording the new good settings. Its next start records them.
+	s.kubeletLate = true
+	s.start(t)
+	waitCount(t, "the trial boot taken in", func() bool { return st().BootID == "boot-4" })
+	s.stop()
+	if err := boot.CommitTrial(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if g := st().GoodNetwork; g == nil || state.NetworkHash(g.Network) == state.NetworkHash(fixed) {
+		t.Fatalf("the new network is the last good one before the agent recorded the commit: %+v", g)
+	}
+	s.kubeletLate = false
 	s.start(t)
 	defer s.stop()
 	f.waitFor(t, "n1", "the network committed", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
@@ -233,13 +264,7 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 		})
 	}
 	defer a1.stop()
-	st := func() *state.State {
-		got, err := state.Store{Dir: filepath.Join(s1.dir, "state")}.Load()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	st := stateOf(t, s1)
 	mtu := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true, MTU: 1400}}}
 	f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Network = mtu })
 	f.waitFor(t, "s1", "the network staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.network") })
@@ -272,7 +297,9 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 	}
 	a1.start(t)
 	waitCount(t, "the trial committed", func() bool { return boot.get().Committed })
-	if g := st().GoodNetwork; g == nil || state.NetworkHash(g.Network) != state.NetworkHash(mtu) {
-		t.Errorf("after the commit the last good network is %+v", g)
-	}
+	// The agent records the new good network right after it commits.
+	waitCount(t, "the new network recorded as the last good one", func() bool {
+		g := st().GoodNetwork
+		return g != nil && state.NetworkHash(g.Network) == state.NetworkHash(mtu) && st().Attempt == nil
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
@@ -18,8 +19,8 @@ import (
 // Ready proves nothing about an address the others cannot reach; one of them reaching this
 // server does. None for an agent (it reaches a remote API server already), for a trial that
 // keeps the network, or for a lone server.
-func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine) []string {
-	if m.Spec.Role != v1alpha1.RoleServer || state.NetworkHash(m.Spec.Network) == state.NetworkHash(a.goodNetwork()) {
+func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine, v *upgradeView) []string {
+	if m.Spec.Role != v1alpha1.RoleServer || v.trialSettings == "" || state.NetworkHash(m.Spec.Network) == state.NetworkHash(a.goodNetwork()) {
 		return nil
 	}
 	nodes, err := a.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -46,15 +47,21 @@ func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine) []strin
 // peer's kubelet renewing its Lease in kube-node-lease after this agent first looked. The
 // renewal is a write this server's API server took (or, with several servers, its
 // datastore), so it proves the peer reaches this machine on the network it boots with; the
-// Lease's resourceVersion is compared, not its time, so no clock is trusted.
+// Lease's resourceVersion is compared, not its time, so no clock is trusted. A server that
+// may not read Leases (RBAC from a layer built before this check) cannot tell, and waits for
+// nothing, as before.
 func (a *Agent) peersReach(ctx context.Context, peers []string) string {
 	if a.peerLeases == nil {
 		a.peerLeases = map[string]string{}
 	}
 	for _, p := range peers {
 		l, err := a.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, p, metav1.GetOptions{})
-		if err != nil {
+		if apierrors.IsNotFound(err) {
 			continue
+		}
+		if err != nil {
+			a.log.Warn("cannot read the peers' Node Leases; the network trial commits on this server's own health", "err", err)
+			return ""
 		}
 		seen, ok := a.peerLeases[p]
 		if ok && seen != l.ResourceVersion {

@@ -19,7 +19,6 @@ import (
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
-	"liken.dev/liken/internal/state"
 )
 
 // outcome collects what one reconcile did, for status, Events and the state file.
@@ -182,14 +181,17 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 		return nil
 	}
 	if at := a.st.Attempt; at != nil && at.Slot == bi.Slot && len(at.Peers) > 0 {
-		if waiting := a.peersReach(ctx, at.Peers); waiting != "" {
-			if at.Waiting != waiting {
-				at.Waiting = waiting
-				if err := a.cfg.State.Save(a.st); err != nil {
-					return err
-				}
+		waiting := a.peersReach(ctx, at.Peers)
+		if at.Waiting != waiting {
+			at.Waiting = waiting
+			if err := a.cfg.State.Save(a.st); err != nil {
+				return err
+			}
+			if waiting != "" {
 				a.log.Info("trial not committed yet", "waiting", waiting)
 			}
+		}
+		if waiting != "" {
 			a.queue.AddAfter(keyReconcile, 2*time.Second)
 			return nil
 		}
@@ -202,20 +204,7 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 	}
 	rec := a.bootInfo.Slots[bi.Slot]
 	if at := a.st.Attempt; at != nil && at.Slot == bi.Slot {
-		a.forgetFailure(at.Digest)
-		if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == at.KernelArgs {
-			a.st.FailedKernelArgs = nil
-		}
-		if bi.Report != nil {
-			// Whatever the trial was for, the network and disks it ran with are good now.
-			a.st.GoodNetwork = &state.GoodNetwork{Network: bi.Report.Network}
-			a.st.GoodDisks = &state.GoodDisks{Disks: bi.Report.Disks}
-			if fn := a.st.FailedNetwork; fn != nil && fn.Args == at.Network {
-				a.st.FailedNetwork = nil
-			}
-		}
-		a.st.Attempt = nil
-		if err := a.cfg.State.Save(a.st); err != nil {
+		if err := a.settleCommitted(at, bi.Report); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -87,6 +88,27 @@ func (v *upgradeView) notRetried(field string) bool {
 		return v.settingsFailed
 	}
 	return false
+}
+
+// whyNotRetried says why each of fields (all notRetried) asks for no reboot: it failed a
+// trial here, or it waits with the network and k3s data disks that did (they boot together).
+func (v *upgradeView) whyNotRetried(fields []string) string {
+	var failed, held []string
+	for _, f := range fields {
+		if (f == "machine.spec.network" || f == "machine.spec.disks") && !slices.Contains(v.settingsFailedFields, f) {
+			held = append(held, f)
+		} else {
+			failed = append(failed, f)
+		}
+	}
+	var out []string
+	if len(failed) > 0 {
+		out = append(out, strings.Join(failed, ", ")+" failed a trial here and is not tried again until the spec changes")
+	}
+	if len(held) > 0 {
+		out = append(out, strings.Join(held, ", ")+" waits with the settings whose trial failed (the network and k3s's data disks boot together)")
+	}
+	return strings.Join(out, "; ")
 }
 
 // condInput is what the conditions are computed from.

@@ -53,7 +53,7 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	none := ""
 	if len(fields) == 0 && len(failed) > 0 {
 		// What failed its trial here is not retried, so it alone asks for no reboot.
-		none = "no reboot: " + strings.Join(failed, ", ") + " failed a trial here and is not tried again until the spec changes"
+		none = "no reboot: " + out.view.whyNotRetried(failed)
 	}
 	var turn *v1alpha1.Turn
 	for i, t := range c.Status.Turns {

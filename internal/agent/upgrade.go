@@ -71,9 +71,11 @@ type upgradeView struct {
 	// keeps them.
 	trialSettings, fromSettings string
 	// settingsFailed: the spec's network and k3s data disks failed their trial here; they
-	// are not tried again.
-	settingsFailed      bool
-	wantVersion, digest string
+	// are not tried again, and the disks wait with them. settingsFailedFields are the fields
+	// whose values were in that trial.
+	settingsFailed       bool
+	settingsFailedFields []string
+	wantVersion, digest  string
 	// failed is the failure to report in UpgradeFailed, if the wanted release or arguments
 	// failed their trial.
 	failed *v1alpha1.FailedRelease
@@ -245,9 +247,8 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 		if bi.Trial && !bi.Committed {
 			return nil // this boot is the trial: commitTrial settles it
 		}
-		a.st.Attempt = nil
-		a.forgetFailure(at.Digest)
-		return a.cfg.State.Save(a.st)
+		// Committed, by this agent before it restarted or by the boot log.
+		return a.settleCommitted(at, bi.Report)
 	}
 	if !armed(at, bi.Boots) {
 		// The agent stopped between remembering the trial and init arming it: no trial ran.
@@ -285,6 +286,25 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 	a.log.Warn(text)
 	a.events.Event(m, corev1.EventTypeWarning, "TrialFailed", text)
 	return nil
+}
+
+// settleCommitted records a committed trial: its release and kernel arguments are failures
+// no more, and the network and disks this boot runs with (rep, init's report) are the last
+// good ones, whatever the trial was for.
+func (a *Agent) settleCommitted(at *state.Attempt, rep *state.BootReport) error {
+	a.forgetFailure(at.Digest)
+	if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == at.KernelArgs {
+		a.st.FailedKernelArgs = nil
+	}
+	if rep != nil {
+		a.st.GoodNetwork = &state.GoodNetwork{Network: rep.Network}
+		a.st.GoodDisks = &state.GoodDisks{Disks: rep.Disks}
+		if fn := a.st.FailedNetwork; fn != nil && fn.Args == at.Network {
+			a.st.FailedNetwork = nil
+		}
+	}
+	a.st.Attempt = nil
+	return a.cfg.State.Save(a.st)
 }
 
 func (a *Agent) forgetFailure(digest string) {
@@ -449,6 +469,12 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 			// Not tried again until the spec asks for other settings.
 			v.failed = &v1alpha1.FailedRelease{Reason: fn.Reason, Message: a.settingsTried(m) + " failed their trial; the machine runs its last good ones: " + fn.Message, At: fn.At}
 			v.settingsFailed = true
+			if state.NetworkHash(m.Spec.Network) != state.NetworkHash(a.goodNetwork()) {
+				v.settingsFailedFields = append(v.settingsFailedFields, "machine.spec.network")
+			}
+			if state.TrialHash(nil, m.Spec.Disks) != state.TrialHash(nil, a.goodDisks()) {
+				v.settingsFailedFields = append(v.settingsFailedFields, "machine.spec.disks")
+			}
 		} else {
 			v.trialSettings = h
 		}
@@ -781,7 +807,7 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 		a.st.Attempt = &state.Attempt{Slot: trialSlot, Version: version, Digest: digest, KernelArgs: v.trialArgs,
 			Retry:    v.staged && a.failedRelease(v.digest) != nil, // the one try the setting allows
 			FromSlot: bi.Slot, FromDigest: bi.Slots[bi.Slot].Digest, FromKernelArgs: bi.KernelArgs, BootID: bi.BootID,
-			Network: v.trialSettings, FromNetwork: v.fromSettings, Peers: a.peersToWaitFor(ctx, m),
+			Network: v.trialSettings, FromNetwork: v.fromSettings, Peers: a.peersToWaitFor(ctx, m, v),
 			At: metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))}
 	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))

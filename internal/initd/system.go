@@ -80,7 +80,7 @@ func Main() {
 			s.boot.record(func(r *state.BootRecord) { r.End, r.Message = state.EndInitFailed, err.Error() })
 		}
 		if s.stateMounted {
-			s.releaseDisks() // nothing runs yet: k3s starts after the last step that can fail
+			s.releaseDisks() // k3s is not running: it had not started, or a shutdown stopped it
 		}
 	}
 	initramfs.Fail(os.Stdout, err) // a trial reboots into the last good slot

@@ -36,6 +36,10 @@ func LinkByID(dev, sys string) error {
 	for id, disks := range claims {
 		if len(disks) != 1 {
 			os.Remove(filepath.Join(dir, id))
+			stale, _ := filepath.Glob(filepath.Join(dir, id+"-part*"))
+			for _, p := range stale {
+				os.Remove(p)
+			}
 			continue
 		}
 		name := disks[0]

@@ -40,6 +40,7 @@ func TestLinkByID(t *testing.T) {
 	byID := filepath.Join(dev, "disk", "by-id")
 	os.MkdirAll(byID, 0o755)
 	os.Symlink("../../nvme0n2", filepath.Join(byID, "nvme-Samsung_SSD_980_S64_ABC"))
+	os.Symlink("../../nvme0n1p1", filepath.Join(byID, "nvme-Samsung_SSD_980_S64_ABC-part1"))
 
 	if err := LinkByID(dev, sys); err != nil {
 		t.Fatal(err)
