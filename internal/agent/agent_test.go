@@ -353,6 +353,25 @@ func (f *fixture) editCluster(edit func(*v1alpha1.Cluster)) {
 	}
 }
 
+// restoreCluster edits the Cluster back when the test ends (its context is gone by then),
+// retrying when the coordinator's status writes got in between.
+func (f *fixture) restoreCluster(t *testing.T, edit func(*v1alpha1.Cluster)) {
+	t.Cleanup(func() {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c, err := f.liken.Cluster(context.Background())
+			if err != nil {
+				return err
+			}
+			edit(c)
+			_, err = f.liken.UpdateCluster(context.Background(), c)
+			return err
+		})
+		if err != nil {
+			t.Errorf("restoring the Cluster: %v", err)
+		}
+	})
+}
+
 // waitFor polls the Machine until ok holds, failing with the last status.
 func (f *fixture) waitFor(t *testing.T, name, what string, ok func(*v1alpha1.Machine, *corev1.Node) bool) {
 	t.Helper()

@@ -35,12 +35,7 @@ func TestMachineReadsOnlyNamedSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if c, err := f.liken.Cluster(context.Background()); err == nil {
-			c.Spec.Registries = old.Spec.Registries
-			f.liken.UpdateCluster(context.Background(), c)
-		}
-	})
+	f.restoreCluster(t, func(c *v1alpha1.Cluster) { c.Spec.Registries = old.Spec.Registries })
 	f.editCluster(func(c *v1alpha1.Cluster) {
 		c.Spec.Registries = &v1alpha1.Registries{Configs: []v1alpha1.RegistryConfig{{Host: "registry.example.com", AuthSecret: &v1alpha1.SecretReference{Name: "registry-auth"}}}}
 	})

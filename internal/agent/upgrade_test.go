@@ -214,16 +214,7 @@ func (f *fixture) useChannel(t *testing.T, ch *testChannel, version string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c, err := f.liken.Cluster(context.Background())
-		if err == nil {
-			c.Spec = old.Spec
-			_, err = f.liken.UpdateCluster(context.Background(), c)
-		}
-		if err != nil {
-			t.Errorf("restoring the Cluster: %v", err)
-		}
-	})
+	f.restoreCluster(t, func(c *v1alpha1.Cluster) { c.Spec = old.Spec })
 	f.editCluster(func(c *v1alpha1.Cluster) {
 		c.Spec.Channel = ch.URL + "/"
 		c.Spec.Releases = map[string]v1alpha1.Digest{}
