@@ -43,10 +43,8 @@ examples: deps build ## Validate the example manifests with the API's own rules 
 	bin/liken validate docs/examples
 	bin/liken layer --cluster docs/examples/cluster.yaml --machines docs/examples --out out/example-layer
 
-# The VM tier, the longest by far, is named first: go test starts packages in the order given,
-# two at a time here, so the unit tiers run beside it rather than before it.
 test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
 	@start=$$(date +%s); \
-	$(GO) vet ./... && $(GO) test -count=1 -timeout 75m ./test/vm/ ./... && $(MAKE) --no-print-directory bench; rc=$$?; \
+	$(GO) vet ./... && $(GO) test -count=1 -timeout 75m ./... && $(MAKE) --no-print-directory bench; rc=$$?; \
 	echo; echo "== figures =="; cat $(LIKEN_TEST_REPORT) 2>/dev/null; \
 	echo "go test total: $$(( $$(date +%s) - start ))s"; exit $$rc
