@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -11,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
-	"liken.dev/liken/internal/state"
+	"liken.dev/liken/internal/kube"
 )
 
 // peersToWaitFor names the machines a server's trial of new network settings waits for: the
@@ -20,7 +21,7 @@ import (
 // server does. None for an agent (it reaches a remote API server already), for a trial that
 // keeps the network, or for a lone server.
 func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine, v *upgradeView) []string {
-	if m.Spec.Role != v1alpha1.RoleServer || v.trialSettings == "" || state.NetworkHash(m.Spec.Network) == state.NetworkHash(a.goodNetwork()) {
+	if m.Spec.Role != v1alpha1.RoleServer || v.trialSettings == "" || !slices.Contains(a.trialFields(m), "machine.spec.network") {
 		return nil
 	}
 	nodes, err := a.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -30,13 +31,8 @@ func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine, v *upgr
 	}
 	var peers []string
 	for _, n := range nodes.Items {
-		if n.Name == a.cfg.Machine {
-			continue
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				peers = append(peers, n.Name)
-			}
+		if n.Name != a.cfg.Machine && kube.NodeReady(&n) {
+			peers = append(peers, n.Name)
 		}
 	}
 	sort.Strings(peers)

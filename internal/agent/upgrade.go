@@ -353,15 +353,30 @@ func (a *Agent) goodDisks() []v1alpha1.Disk {
 	return nil
 }
 
-// settingsTried names what of m's settings tried only in a trial boot differ from the last
-// good ones: the network, the disks k3s's data needs, or both.
-func (a *Agent) settingsTried(m *v1alpha1.Machine) string {
-	var what []string
+// trialFields are the fields of m's settings tried only in a trial boot that differ from the
+// last good ones: machine.spec.network, machine.spec.disks (the disks k3s's data needs), both
+// or none.
+func (a *Agent) trialFields(m *v1alpha1.Machine) []string {
+	var fields []string
 	if state.NetworkHash(m.Spec.Network) != state.NetworkHash(a.goodNetwork()) {
-		what = append(what, "the network settings of spec.network")
+		fields = append(fields, "machine.spec.network")
 	}
 	if state.TrialHash(nil, m.Spec.Disks) != state.TrialHash(nil, a.goodDisks()) {
-		what = append(what, "the disks of spec.disks that k3s's data needs")
+		fields = append(fields, "machine.spec.disks")
+	}
+	return fields
+}
+
+// settingsTried names, for a message, what trialFields says differs.
+func (a *Agent) settingsTried(m *v1alpha1.Machine) string {
+	var what []string
+	for _, f := range a.trialFields(m) {
+		switch f {
+		case "machine.spec.network":
+			what = append(what, "the network settings of spec.network")
+		case "machine.spec.disks":
+			what = append(what, "the disks of spec.disks that k3s's data needs")
+		}
 	}
 	if len(what) == 0 {
 		return "the network and disk settings"
@@ -469,12 +484,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 			// Not tried again until the spec asks for other settings.
 			v.failed = &v1alpha1.FailedRelease{Reason: fn.Reason, Message: a.settingsTried(m) + " failed their trial; the machine runs its last good ones: " + fn.Message, At: fn.At}
 			v.settingsFailed = true
-			if state.NetworkHash(m.Spec.Network) != state.NetworkHash(a.goodNetwork()) {
-				v.settingsFailedFields = append(v.settingsFailedFields, "machine.spec.network")
-			}
-			if state.TrialHash(nil, m.Spec.Disks) != state.TrialHash(nil, a.goodDisks()) {
-				v.settingsFailedFields = append(v.settingsFailedFields, "machine.spec.disks")
-			}
+			v.settingsFailedFields = a.trialFields(m)
 		} else {
 			v.trialSettings = h
 		}

@@ -202,8 +202,11 @@ type GoodDisks struct {
 }
 
 // NetworkHash identifies a Machine's network settings.
-func NetworkHash(n *v1alpha1.MachineNetwork) string {
-	b, _ := json.Marshal(n)
+func NetworkHash(n *v1alpha1.MachineNetwork) string { return jsonHash(n) }
+
+// jsonHash is the sha256 of v's JSON, as "sha256:<hex>".
+func jsonHash(v any) string {
+	b, _ := json.Marshal(v)
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -244,12 +247,10 @@ func TrialHash(n *v1alpha1.MachineNetwork, disks []v1alpha1.Disk) string {
 	if len(k3s) == 0 {
 		return NetworkHash(n)
 	}
-	b, _ := json.Marshal(struct {
+	return jsonHash(struct {
 		Network *v1alpha1.MachineNetwork `json:"network"`
 		Disks   []v1alpha1.Disk          `json:"disks"`
 	}{n, k3s})
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // BootSettings are the network and disks a boot runs with: the staged ones only in the trial
