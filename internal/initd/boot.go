@@ -4,29 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"liken.dev/liken/internal/bootloader"
-	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
 )
 
-const espMount = "/run/liken/esp"
-
 // bootControl is init's side of the boot loader (supervisor.Boot): what this boot is, the
-// slot records, and the changes the agent asks for. The ESP is mounted only while it is
-// read or written, so a power cut almost never finds it mounted.
+// slot records, and the changes the agent asks for.
 type bootControl struct {
 	mu  sync.Mutex
 	log io.Writer
+	esp *espOwner
 
 	slot, version string
 	trial         bool
@@ -48,7 +42,7 @@ type bootControl struct {
 }
 
 func newBootControl(log io.Writer, cmd initramfs.Cmdline, version string, reboot func(string)) *bootControl {
-	b := &bootControl{log: log, slot: cmd["liken.slot"], trial: cmd["liken.trial"] == "1", version: version,
+	b := &bootControl{log: log, esp: newESPOwner(log), slot: cmd["liken.slot"], trial: cmd["liken.trial"] == "1", version: version,
 		bootID: readTrim("/proc/sys/kernel/random/boot_id"), boots: state.BootLog{Dir: likenState},
 		committedCh: make(chan struct{}), reboot: reboot}
 	if up, err := strconv.ParseFloat(strings.Fields(readTrim("/proc/uptime") + " 0")[0], 64); err == nil {
@@ -71,25 +65,8 @@ func newBootControl(log io.Writer, cmd initramfs.Cmdline, version string, reboot
 	return b
 }
 
-// withESP mounts the ESP for fn.
-func (b *bootControl) withESP(fn func(bootloader.ESP) error) error {
-	dev, err := initramfs.WaitForDevice("PARTLABEL="+disk.ESP, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(espMount, 0o700); err != nil {
-		return err
-	}
-	if err := unix.Mount(dev, espMount, "vfat", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting the ESP %s: %w", dev, err)
-	}
-	ferr := fn(bootloader.ESP{Dir: espMount})
-	unix.Sync()
-	if err := unix.Unmount(espMount, 0); err != nil && ferr == nil {
-		ferr = fmt.Errorf("unmounting the ESP: %w", err)
-	}
-	return ferr
-}
+// withESP mounts the ESP for fn, through init's one owner of it.
+func (b *bootControl) withESP(fn func(bootloader.ESP) error) error { return b.esp.with(fn) }
 
 // record updates this boot's entry in the boot log; failures are printed, never fatal.
 func (b *bootControl) record(change func(*state.BootRecord)) {
