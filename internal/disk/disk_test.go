@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"liken.dev/liken/internal/disk/looptest"
 )
 
 // TestReadDisksOfEachSectorSize partitions loop devices of 512- and 4096-byte sectors with
@@ -14,9 +16,7 @@ import (
 // through the image file beneath (the sector size its GPT was written for). Every extent
 // is where the kernel's own partition scan puts it.
 func TestReadDisksOfEachSectorSize(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("attaches loop devices: needs root")
-	}
+	looptest.Require(t)
 	layout := Layout{ESPMiB: 40, SlotMiB: 48, LayerMiB: 4, MinStateMiB: 32}
 	for _, sector := range []int64{512, 4096} {
 		t.Run(strconv.FormatInt(sector, 10), func(t *testing.T) {
@@ -54,25 +54,15 @@ func TestReadDisksOfEachSectorSize(t *testing.T) {
 // detached when the test ends.
 func loopImage(t *testing.T, size, sector int64) (loop, img string) {
 	t.Helper()
-	img = filepath.Join(t.TempDir(), "disk.img")
-	os.WriteFile(img, nil, 0o644)
-	if err := os.Truncate(img, size); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--sector-size", strconv.FormatInt(sector, 10), img).CombinedOutput()
-	if err != nil {
-		t.Skipf("losetup: %v: %s", err, out)
-	}
-	loop = strings.TrimSpace(string(out))
-	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
-	return loop, img
+	img = looptest.Image(t, size)
+	return looptest.Attach(t, img, int(sector)), img
 }
 
 func sysfsInt(t *testing.T, p string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
-		t.Skipf("the kernel did not scan the loop device's partitions: %v", err)
+		t.Fatalf("the kernel did not scan the loop device's partitions: %v", err)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {

@@ -6,14 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"liken.dev/liken/internal/disk/looptest"
 )
 
 // TestExt4Clean reads the superblock of a real ext4 image: clean when made, not clean
 // while mounted (a copy taken then is what a power cut leaves), clean once unmounted.
 func TestExt4Clean(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("mounts a loop device: needs root")
-	}
+	looptest.Require(t, "mkfs.ext4")
 	dir := t.TempDir()
 	img := filepath.Join(dir, "state.img")
 	if out, err := exec.Command("truncate", "-s", "64M", img).CombinedOutput(); err != nil {
@@ -28,7 +28,7 @@ func TestExt4Clean(t *testing.T) {
 	mnt := filepath.Join(dir, "mnt")
 	os.Mkdir(mnt, 0o755)
 	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("mount -o loop: %v %s", err, out)
+		t.Fatalf("mount -o loop: %v %s", err, out)
 	}
 	os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644)
 	exec.Command("sync").Run()

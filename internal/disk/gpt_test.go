@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"liken.dev/liken/internal/disk/looptest"
 )
 
 func TestGUIDText(t *testing.T) {
@@ -31,9 +33,7 @@ func TestGUIDText(t *testing.T) {
 // 4096-byte sectors, then has sgdisk verify it and the kernel scan it: each partition is
 // where the kernel puts it, with its name, and ReadTable reads back what was written.
 func TestWriteTableOfEachSectorSize(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("attaches loop devices: needs root")
-	}
+	looptest.Require(t, "sgdisk")
 	for _, sector := range []int64{512, 4096} {
 		t.Run(strconv.FormatInt(sector, 10), func(t *testing.T) {
 			const size = 64 << 20

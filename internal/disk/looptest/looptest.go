@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // SkipEnv, set to 1, skips the tests that need loop devices even as root.
@@ -67,14 +69,17 @@ func Attach(t testing.TB, img string, sector int) string {
 	return dev
 }
 
-// UnmountFrom unmounts (detaching) every mount of dev and of its partitions.
+// UnmountFrom unmounts every mount of dev and of its partitions (detaching one that stays
+// busy), the last mounted first, as a shutdown would.
 func UnmountFrom(dev string) {
 	b, _ := os.ReadFile("/proc/self/mounts")
 	lines := strings.Split(string(b), "\n")
 	for i := len(lines) - 1; i >= 0; i-- { // the last mounted first
 		f := strings.Fields(lines[i])
 		if len(f) > 1 && (f[0] == dev || strings.HasPrefix(f[0], dev+"p")) {
-			exec.Command("umount", "-l", f[1]).Run()
+			if unix.Unmount(f[1], 0) != nil {
+				unix.Unmount(f[1], unix.MNT_DETACH)
+			}
 		}
 	}
 }

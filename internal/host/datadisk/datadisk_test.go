@@ -19,6 +19,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/disk/looptest"
 )
 
 func TestPlan(t *testing.T) {
@@ -86,41 +87,9 @@ func TestSignature(t *testing.T) {
 // cleanup unmounts what the test mounted from it and detaches it.
 func loopDisk(t *testing.T, sizeMiB int64, sector int) (dev, img string) {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("attaches loop devices and mounts: needs root")
-	}
-	for _, tool := range []string{"mke2fs", "mkfs.fat", "e2fsck", "blkid"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s: %v (hack/deps.sh installs it)", tool, err)
-		}
-	}
-	img = filepath.Join(t.TempDir(), "disk.img")
-	if err := os.WriteFile(img, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(img, sizeMiB*mib); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", "--partscan", "--sector-size", strconv.Itoa(sector), img).CombinedOutput()
-	if err != nil {
-		t.Skipf("losetup: %v: %s", err, out)
-	}
-	dev = strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		unmountFrom(dev)
-		exec.Command("losetup", "-d", dev).Run()
-	})
-	return dev, img
-}
-
-func unmountFrom(dev string) {
-	b, _ := os.ReadFile("/proc/self/mounts")
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 1 && strings.HasPrefix(f[0], dev+"p") {
-			unix.Unmount(f[1], 0)
-		}
-	}
+	looptest.Require(t, "mke2fs", "mkfs.fat", "e2fsck", "blkid")
+	img = looptest.Image(t, sizeMiB*mib)
+	return looptest.Attach(t, img, sector), img
 }
 
 func hasFilesystem(name string) bool {
@@ -269,7 +238,7 @@ func TestPrepareThenMountAgain(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			unmountFrom(dev)
+			looptest.UnmountFrom(dev)
 			for _, n := range []int{1, 5} {
 				if out, err := exec.Command("e2fsck", "-fn", p(n)).CombinedOutput(); err != nil {
 					t.Errorf("e2fsck -fn %s: %v\n%s", p(n), err, out)
@@ -403,7 +372,7 @@ func TestWipeOnlyTheDiskItNames(t *testing.T) {
 		t.Fatalf("the other disk: %+v", st[1])
 	}
 	os.WriteFile(mnt+"/a/keep.txt", []byte("kept"), 0o644)
-	unmountFrom(a)
+	looptest.UnmountFrom(a)
 	// The same spec at the next boot: the wipe no longer names what the disk holds.
 	st = env.Apply([]v1alpha1.Disk{spec(a, "/a", w)})
 	if st[0].Reason != v1alpha1.DiskMounted {
@@ -414,7 +383,7 @@ func TestWipeOnlyTheDiskItNames(t *testing.T) {
 	}
 	// A wipe copied from the status of a disk that is ready, and names it exactly, erases
 	// nothing: a disk as the spec says needs no wipe.
-	unmountFrom(a)
+	looptest.UnmountFrom(a)
 	st = env.Apply([]v1alpha1.Disk{spec(a, "/a", &v1alpha1.DiskWipe{Serial: aImg, ContentID: st[0].ContentID})})
 	if st[0].Reason != v1alpha1.DiskMounted {
 		t.Fatalf("a wipe of a ready disk: %+v", st[0])
@@ -458,7 +427,7 @@ func TestGrownDiskStillMatches(t *testing.T) {
 	if st := hostEnv(io.Discard).Apply(spec); st[0].Reason != v1alpha1.DiskPrepared {
 		t.Fatalf("first: %+v", st[0])
 	}
-	unmountFrom(dev)
+	looptest.UnmountFrom(dev)
 	if err := os.Truncate(img, 96*mib); err != nil {
 		t.Fatal(err)
 	}
