@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -53,8 +55,12 @@ func newLabUp() *cobra.Command {
 				o.ChannelServer = []string{exe, "lab", "serve-channel"}
 			}
 			o.Out = cmd.ErrOrStderr()
+			// A closed terminal too: up's failure path then stops the machines it started
+			// (main cancels on SIGINT and SIGTERM; SIGHUP would end the process without it).
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGHUP)
+			defer stop()
 			start := time.Now()
-			st, err := lab.Up(cmd.Context(), o)
+			st, err := lab.Up(ctx, o)
 			if err != nil {
 				return err
 			}

@@ -2,8 +2,9 @@
 // one up on real machines: a stand-in release built from this source tree and published into
 // a local channel, a Cluster and Machines, their deployment layers, installed disk images,
 // and machines booted from them on a private network between them, the first server's API
-// forwarded to a local port. Everything lives in one directory, recorded in its lab.json, so
-// `liken lab down` stops exactly what `up` started and removes it.
+// forwarded to a local port. Everything lives in one directory, recorded in its lab.json; every
+// process the lab starts carries the directory in its environment (TagEnv), so `liken lab down`
+// stops exactly what `up` started, even when lab.json or the directory is gone, and removes it.
 package lab
 
 import (
@@ -18,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"liken.dev/liken/internal/atomicfile"
@@ -77,32 +77,30 @@ func (s *State) save() error {
 	return atomicfile.Write(filepath.Join(s.Dir, StateFile), append(b, '\n'), 0o644)
 }
 
-// Alive reports whether pid is a process of this lab: it runs, and its command line names
-// the lab's directory (so a PID the system gave to another program since is never touched).
+// Alive reports whether pid is a process of this lab: it runs and carries the lab's tag (so
+// a PID the system gave to another program since is never taken for the lab's).
 func (s *State) Alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(b), s.Dir)
+	_, ok := tagged(pid, s.Dir)
+	return ok
 }
 
-// Running lists the lab's processes still running, by what they are.
+// Running lists the lab's processes still running by name, found by their tag; a child
+// carries its parent's name, so the first (lowest PID) of a name is the one given.
 func (s *State) Running() map[string]int {
 	out := map[string]int{}
-	for _, m := range s.Machines {
-		if s.Alive(m.PID) {
-			out[m.Name] = m.PID
+	procs, _ := Leftovers(s.Dir)
+	for _, p := range procs {
+		if _, ok := out[p.Name]; !ok {
+			out[p.Name] = p.PID
 		}
-	}
-	if s.Alive(s.ChannelPID) {
-		out["channel server"] = s.ChannelPID
 	}
 	return out
 }
 
-// boot starts m's QEMU detached from this process (its own session, its console in a file),
-// so the machine outlives `liken lab up`.
+// boot starts m's QEMU, its console in a file.
 func (s *State) boot(m *Machine, kvm bool, private string) error {
 	mach := qemu.Machine{UEFI: true, VarsDir: filepath.Dir(m.Disk), Disks: []qemu.Disk{{Path: m.Disk}}, MemoryMiB: m.MemoryMiB,
 		CPUs: 1, KVM: kvm, AllowReboot: true, NICs: []string{m.MAC}, Private: private, PrivateMAC: m.PrivateMAC}
@@ -113,66 +111,75 @@ func (s *State) boot(m *Machine, kvm bool, private string) error {
 	if err != nil {
 		return err
 	}
-	// The disk's path, in the lab's directory, marks the process as the lab's (Alive).
 	args = append(args, "-name", "liken-lab-"+m.Name, "-pidfile", filepath.Join(s.Dir, m.Name, "qemu.pid"))
 	console, err := os.OpenFile(m.Console, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("opening %s's console: %w", m.Name, err)
 	}
 	defer console.Close()
 	cmd := exec.Command("qemu-system-x86_64", args...)
 	cmd.Stdout, cmd.Stderr = console, console
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", m.Name, err)
+	if _, err := s.start(m.Name, cmd); err != nil {
+		return err
 	}
 	m.PID = cmd.Process.Pid
-	go cmd.Wait() // reaped here while `up` runs; afterwards init adopts it
 	return nil
 }
 
-// Stop stops every process of the lab: SIGTERM (QEMU powers the machine off at once), then
-// SIGKILL for what still runs after grace.
+// Stop stops every process of the lab, found by its tag (Kill), whatever lab.json says.
 func (s *State) Stop(grace time.Duration) error {
-	running := s.Running()
-	for _, pid := range running {
-		syscall.Kill(pid, syscall.SIGTERM)
+	_, err := Kill(s.Dir, grace)
+	return err
+}
+
+// Down stops the lab in dir and removes its directory. The processes are found by their tag,
+// so a lab whose lab.json is stale or unreadable, or whose directory is gone, still stops.
+func Down(dir string, out io.Writer) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("finding the lab's directory: %w", err)
 	}
-	deadline := time.Now().Add(grace)
-	for len(running) > 0 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-		running = s.Running()
+	dirs := []string{abs}
+	// lab.json names the directory up tagged its processes with, should the lab have moved.
+	if s, err := Read(dir); err == nil && s.Dir != "" && s.Dir != abs {
+		dirs = append(dirs, s.Dir)
 	}
-	for _, pid := range running {
-		syscall.Kill(pid, syscall.SIGKILL)
+	found := false
+	for _, d := range dirs {
+		procs, err := Leftovers(d)
+		if err != nil {
+			return err
+		}
+		for _, p := range procs {
+			fmt.Fprintf(out, "stopping %s\n", p)
+		}
+		// Kill lists them again: one that a process started meanwhile is stopped too.
+		more, err := Kill(d, 10*time.Second)
+		found = found || len(procs) > 0 || len(more) > 0
+		if err != nil {
+			return fmt.Errorf("stopping the lab in %s: %w", d, err)
+		}
 	}
-	time.Sleep(200 * time.Millisecond)
-	if left := s.Running(); len(left) > 0 {
-		return fmt.Errorf("still running after SIGKILL: %v", left)
+	_, statErr := os.Stat(filepath.Join(abs, StateFile))
+	switch {
+	case statErr == nil || (found && dirExists(abs)):
+		// Without lab.json, a directory its processes were tagged with is still the lab's:
+		// up starts only in an empty or new directory.
+		if err := os.RemoveAll(abs); err != nil {
+			return fmt.Errorf("removing %s: %w", abs, err)
+		}
+		fmt.Fprintf(out, "removed %s\n", abs)
+	case found:
+		fmt.Fprintf(out, "%s was already gone\n", abs)
+	default:
+		return fmt.Errorf("no lab in %s (no %s, and no process of a lab there runs)", dir, StateFile)
 	}
 	return nil
 }
 
-// Down stops the lab in dir and removes its directory.
-func Down(dir string, out io.Writer) error {
-	s, err := Read(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no lab in %s (no %s)", dir, StateFile)
-	}
-	if err != nil {
-		return err
-	}
-	for name, pid := range s.Running() {
-		fmt.Fprintf(out, "stopping %s (pid %d)\n", name, pid)
-	}
-	if err := s.Stop(10 * time.Second); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("removing %s: %w", dir, err)
-	}
-	fmt.Fprintf(out, "removed %s\n", dir)
-	return nil
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // consoleHas reports whether a machine's console file holds marker.

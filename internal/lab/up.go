@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -74,6 +73,15 @@ func (o *Options) check() error {
 		}
 		return fmt.Errorf("%s holds a lab that is not running: remove it with `liken lab down --dir %s` first", o.Dir, o.Dir)
 	}
+	// A lab whose directory was removed while its machines ran: a new one there would share
+	// their tag, and their ports.
+	left, err := Leftovers(o.Dir)
+	if err != nil {
+		return fmt.Errorf("looking for processes of an earlier lab in %s: %w", o.Dir, err)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("processes of an earlier lab in %s still run (%s): stop them with `liken lab down --dir %s`", o.Dir, list(left), o.Dir)
+	}
 	if entries, err := os.ReadDir(o.Dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s is not empty and holds no lab: give another --dir", o.Dir)
 	}
@@ -120,10 +128,14 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	st = &State{Dir: dir, Started: start.UTC(), Version: o.Version, Source: o.Source, APIPort: o.APIPort}
 	defer func() {
 		if err != nil {
-			st.Stop(10 * time.Second)
-			os.RemoveAll(dir)
+			err = st.abandon(err)
 		}
 	}()
+	// lab.json from the start: should up itself be killed, the directory says it is a lab's,
+	// for `up` to refuse and `down` to remove.
+	if err := st.save(); err != nil {
+		return st, fmt.Errorf("recording the lab: %w", err)
+	}
 
 	// The release, into the lab's channel.
 	say("building the stand-in release %s from %s", o.Version, o.Source)
@@ -195,6 +207,10 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		}
 	}
 	say("disks installed")
+	// Interrupted while building or installing: start nothing.
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
 	if len(o.ChannelServer) > 0 {
 		cmd := exec.Command(o.ChannelServer[0], append(o.ChannelServer[1:], channel, fmt.Sprint(chPort))...)
 		logf, err := os.Create(filepath.Join(dir, "channel.log"))
@@ -202,25 +218,29 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			return st, err
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		err = cmd.Start()
+		_, err = st.start("channel server", cmd)
 		logf.Close()
 		if err != nil {
-			return st, fmt.Errorf("starting the channel server: %w", err)
+			return st, err
 		}
 		st.ChannelPID = cmd.Process.Pid
-		go cmd.Wait()
+		if err := st.save(); err != nil {
+			return st, fmt.Errorf("recording the lab: %w", err)
+		}
 		say("channel served to the machines at %s (pid %d)", st.ChannelURL, st.ChannelPID)
 	}
 	for i := range st.Machines {
 		m := &st.Machines[i]
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
 		if err := st.boot(m, kvm, private); err != nil {
 			return st, err
 		}
+		if err := st.save(); err != nil {
+			return st, fmt.Errorf("recording the lab: %w", err)
+		}
 		say("%s: booting (pid %d, %d MiB, console %s)", m.Name, m.PID, m.MemoryMiB, m.Console)
-	}
-	if err := st.save(); err != nil {
-		return st, err
 	}
 	if err := st.waitReady(ctx, o.Timeout, say); err != nil {
 		for _, m := range st.Machines {
@@ -232,6 +252,19 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	return st, nil
 }
 
+// abandon is up's failure path: it stops every process the lab started, found by their tag
+// (so one started before up recorded it too), and removes the directory. When a process
+// survives, the directory stays, for `up` to refuse and `down` to try again.
+func (s *State) abandon(err error) error {
+	if serr := s.Stop(10 * time.Second); serr != nil {
+		return fmt.Errorf("%w; stopping what up started: %v (`liken lab down --dir %s` tries again)", err, serr, s.Dir)
+	}
+	if rerr := os.RemoveAll(s.Dir); rerr != nil {
+		return fmt.Errorf("%w; removing %s: %v", err, s.Dir, rerr)
+	}
+	return err
+}
+
 // stages a machine goes through, in order, as up shows them.
 var stages = []string{"booting", "k3s started", "Node Ready", "Machine Ready"}
 
@@ -241,7 +274,11 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 		return err
 	}
 	cfg.Timeout = 10 * time.Second
-	kc := kubernetes.NewForConfigOrDie(cfg)
+	// Not NewForConfigOrDie: a panic would skip up's failure path and leave the machines.
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("a client for the lab's API: %w", err)
+	}
 	lc, err := kube.NewClient(cfg)
 	if err != nil {
 		return err

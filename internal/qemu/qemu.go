@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -163,6 +165,12 @@ func ProbeKVM(ctx context.Context, kernel string, timeout time.Duration) (bool, 
 		"-kernel", kernel, "-append", "console=ttyS0 panic=-1")
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// Should this process be killed, the probe dies with it rather than spin on a hung KVM.
+	// The signal follows the thread that started the child, so that thread stays this
+	// goroutine's (never ended) until the probe is over.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return false, fmt.Sprintf("starting QEMU with KVM: %v", err)
 	}

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/lab"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
@@ -34,18 +37,31 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "lab")
 	port := apiserver.FreePort()
-	liken := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(t.Context(), bin, args...)
+	run := func(ctx context.Context, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Dir = "../.." // the source tree the lab builds its release from
+		// Interrupted, `lab up` stops what it started (SIGKILL would leave its machines).
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = time.Minute
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
 		return out.String(), err
 	}
+	liken := func(args ...string) (string, error) { return run(t.Context(), args...) }
+	// After a failure, down stops the lab; then none of its processes may be left. Not
+	// t.Context(): it is cancelled before cleanups run, and down would never start (how a
+	// failed run once left this test's machines slowing the rest of the tier).
 	t.Cleanup(func() {
-		if _, err := os.Stat(dir); err == nil {
-			liken("lab", "down", "--dir", dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, statErr := os.Stat(dir)
+		if left, _ := lab.Leftovers(dir); len(left) > 0 || statErr == nil {
+			if out, err := run(ctx, "lab", "down", "--dir", dir); err != nil {
+				t.Errorf("liken lab down after the test: %v\n%s", err, out)
+			}
 		}
+		noLeftovers(t, dir)
 	})
 	start := time.Now()
 	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1")
@@ -93,6 +109,7 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	defer l.Close()
 	other := filepath.Join(t.TempDir(), "other")
+	t.Cleanup(func() { noLeftovers(t, other) })
 	busy := l.Addr().(*net.TCPAddr).Port
 	if out, err := liken("lab", "up", "--dir", other, "--api-port", fmt.Sprint(busy)); err == nil || !strings.Contains(out, fmt.Sprintf("the API port %d is in use", busy)) {
 		t.Errorf("lab up on a port in use: %v\n%s", err, out)
@@ -172,9 +189,30 @@ func TestLabUpAndDown(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("lab down left %s (%v)", dir, err)
 	}
+	// By the command line too, not only by the lab's own tag.
 	if b, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(b)) > 0 {
 		t.Errorf("processes of the lab still run after down: %s", b)
 	}
+	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
+		t.Errorf("processes of the lab still run after down: %v %v", left, err)
+	}
 	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; fleet upgrade with approvals %s, rollback %s",
 		took.Round(time.Second), upgradeTook.Round(time.Second), rollbackTook.Round(time.Second))
+}
+
+// noLeftovers fails the test if a process the lab in dir started still runs, and stops it:
+// one left would slow every VM test after it.
+func noLeftovers(t *testing.T, dir string) {
+	t.Helper()
+	left, err := lab.Leftovers(dir)
+	if err != nil {
+		t.Errorf("looking for the lab's processes: %v", err)
+	}
+	if len(left) == 0 {
+		return
+	}
+	t.Errorf("processes of the lab in %s outlived the test: %v", dir, left)
+	if _, err := lab.Kill(dir, 10*time.Second); err != nil {
+		t.Errorf("stopping them: %v", err)
+	}
 }
