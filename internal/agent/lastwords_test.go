@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,6 +298,73 @@ func TestRebootRequest(t *testing.T) {
 		}
 	}
 	q1.stop()
+}
+
+// TestKilledInLastWords: an agent that dies after it marked the approval and the request as
+// used and before it asked init to reboot (inside its last words) carries them out on its
+// next start in the same boot, instead of reporting "a reboot happened already" for ever.
+// The agent's reconcile goroutine exits at the instant init is asked (runtime.Goexit): not
+// a line of the agent after that point runs, as after a SIGKILL; item 18's chaos test kills
+// real processes.
+func TestKilledInLastWords(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"k1": v1alpha1.RoleAgent})
+	boot := f.bootedOnClusterRelease(t)
+	var killed atomic.Bool
+	boot.onReboot = func(supervisor.RebootRequest) {
+		if killed.CompareAndSwap(false, true) {
+			runtime.Goexit()
+		}
+	}
+	k1 := newSim(t, "k1", v1alpha1.RoleAgent)
+	k1.bootCtl = boot
+	k1.boot(t, f)
+	k1.start(t)
+	f.waitFor(t, "k1", "running", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+	at := metav1.NewTime(time.Now().Truncate(time.Second))
+	f.editMachine("k1", func(m *v1alpha1.Machine) {
+		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: at, RequestedBy: "alice"}}
+	})
+	f.waitFor(t, "k1", "the request waiting for approval", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+	approve(f, "k1")
+	waitCount(t, "the agent killed as it asked init to reboot", killed.Load)
+	k1.stop()
+	if boot.rebootCount() != 0 {
+		t.Fatal("init took a reboot the agent was killed before asking for")
+	}
+	st, err := state.Store{Dir: filepath.Join(k1.dir, "state")}.Load()
+	if err != nil || st.RebootAsked == nil || st.ApprovedHash == "" {
+		t.Fatalf("the state file after the kill: asked %+v, approval marked %q (%v); want both recorded", st.RebootAsked, st.ApprovedHash, err)
+	}
+
+	k1.start(t) // the same boot: init restarted the agent
+	waitCount(t, "the approved request carried out after the kill", func() bool { return boot.rebootCount() == 1 })
+	if r := boot.lastReboot(); !strings.Contains(r.Why, "alice asked for a reboot") {
+		t.Errorf("reboot request %+v", r)
+	}
+	k1.stop()
+	// Restarted while init takes the machine down: the reboot is under way, not asked twice.
+	k1.start(t)
+	time.Sleep(3 * time.Second) // several passes: the agent reconciles within a second of its start
+	if n := boot.rebootCount(); n != 1 {
+		t.Errorf("an agent restarted while init takes the machine down asked again: %d reboots", n)
+	}
+	k1.stop()
+	boot.bootAsArmed("boot-2")
+	k1.start(t)
+	f.waitFor(t, "k1", "the request carried out once", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return !hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+	if n := boot.rebootCount(); n != 1 {
+		t.Errorf("%d reboots for one request", n)
+	}
+	k1.stop()
+	if st, _ := (state.Store{Dir: filepath.Join(k1.dir, "state")}).Load(); st.RebootAsked != nil {
+		t.Errorf("the boot after kept the reboot asked: %+v", st.RebootAsked)
+	}
 }
 
 // TestStatusWrittenWhenStopped: an agent asked to stop (init does so at every shutdown, a

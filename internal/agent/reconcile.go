@@ -83,6 +83,11 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		a.adoptStatusRecords(m)
 		a.adoptFailures(m)
+		// After the status records: the last words may have put a mark there that a reboot
+		// never taken must not keep.
+		if err := a.settleRebootAsked(); err != nil {
+			return err
+		}
 		a.attemptResolved = true
 	}
 	a.endRetrySettings(m) // saved with the rest of this pass
@@ -167,34 +172,39 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	return a.writeStatus(ctx, m, out)
 }
 
-// commitTrial makes a trial boot permanent once the machine is really back: k3s healthy and
-// its Node Ready, and every live change applied. Until then, init's health deadline (and the
-// watchdog) send a failed trial back to the last good slot.
+// commitTrial makes a trial boot permanent once the machine is really back: k3s healthy on
+// this boot, its Node Ready by a report of this boot, k3s running its rendered
+// configuration, and (for a server's new network) a peer reaching it. Nothing else decides
+// it: a sysctl this machine lacks, an unpinned version or a Node label the API refused stay
+// failures in ConfigApplied and Degraded, and would fail a good release if they held the
+// commit. Until then, init's health deadline (and the watchdog) send a failed trial back to
+// the last good slot, and the failure says what the commit last waited for.
 func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cluster, out *outcome) error {
 	bi := a.bootInfo
 	if bi == nil || !bi.Trial || bi.Committed {
 		return nil
 	}
-	if !out.nodeReady || out.k3sUnhealthy != "" || len(out.failures) > 0 || a.st.K3sRestartPending {
-		// k3s's health is not watched: look again shortly while the trial waits for it.
-		a.queue.AddAfter(keyReconcile, 5*time.Second)
-		return nil
+	at := a.st.Attempt
+	if at != nil && at.Slot != bi.Slot {
+		at = nil
 	}
-	if at := a.st.Attempt; at != nil && at.Slot == bi.Slot && len(at.Peers) > 0 {
-		waiting := a.peersReach(ctx, at.Peers)
-		if at.Waiting != waiting {
-			at.Waiting = waiting
-			if err := a.cfg.State.Save(a.st); err != nil {
-				return err
-			}
-			if waiting != "" {
-				a.log.Info("trial not committed yet", "waiting", waiting)
-			}
+	waiting := trialWaits(out, a.st.K3sRestartPending)
+	if waiting == "" && at != nil && len(at.Peers) > 0 {
+		waiting = a.peersReach(ctx, at.Peers)
+	}
+	if at != nil && at.Waiting != waiting {
+		at.Waiting = waiting
+		if err := a.cfg.State.Save(a.st); err != nil {
+			return err
 		}
 		if waiting != "" {
-			a.queue.AddAfter(keyReconcile, 2*time.Second)
-			return nil
+			a.log.Info("trial not committed yet", "waiting", waiting)
 		}
+	}
+	if waiting != "" {
+		// k3s's health is not watched: look again shortly while the trial waits for it.
+		a.queue.AddAfter(keyReconcile, 2*time.Second)
+		return nil
 	}
 	if err := a.cfg.Boot.CommitTrial(ctx); err != nil {
 		return err
@@ -213,6 +223,23 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 	// The view was computed before the commit.
 	out.view = a.upgrade(ctx, m, c, out)
 	return nil
+}
+
+// trialWaits says what a trial's commit still waits for on this boot, or "".
+func trialWaits(out *outcome, k3sRestartPending bool) string {
+	switch {
+	case out.k3sUnhealthy != "":
+		return "k3s is not healthy: " + out.k3sUnhealthy
+	case out.nodeStale != "":
+		return out.nodeStale
+	case !out.nodeFound:
+		return "the Node is not registered (k3s has not joined)"
+	case !out.nodeReady:
+		return "the Node is not Ready"
+	case k3sRestartPending:
+		return "k3s restarts for new configuration first"
+	}
+	return ""
 }
 
 // observe reads the cached Machine, Cluster and Node.

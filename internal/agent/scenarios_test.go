@@ -498,3 +498,60 @@ func index[T comparable](list []T, v T) int {
 	}
 	return -1
 }
+
+// TestTurnHeldThroughTrial: a machine in the trial boot its turn was drained for keeps the
+// turn while a new Reboot-class change (here a reboot request) becomes pending: it reports
+// Verifying until the trial commits, so the coordinator neither uncordons it nor gives the
+// budget to the next machine while it may still fall back. Before, it reported
+// WaitingForApproval and the turn went to the next machine at once.
+func TestTurnHeldThroughTrial(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"h1": v1alpha1.RoleAgent, "h2": v1alpha1.RoleAgent})
+	b1, b2 := f.bootedOnClusterRelease(t), f.bootedOnClusterRelease(t)
+	h1, _ := f.running(t, "h1", b1), f.running(t, "h2", b2)
+	// New kernel arguments (NextBoot) and a reboot request: the reboot tries them once.
+	requested := metav1.NewTime(time.Now().Truncate(time.Second))
+	ask := func(m *v1alpha1.Machine) {
+		m.Spec.KernelArgs = []v1alpha1.KernelArg{"liken.test=1"}
+		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: requested, RequestedBy: "bob"}}
+	}
+	f.editMachine("h1", ask)
+	f.editMachine("h2", ask)
+	for _, n := range []string{"h1", "h2"} {
+		f.waitFor(t, n, "the reboot request pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+		})
+	}
+	approve(f, "h1")
+	f.waitReboots(t, "h1", b1, 1, "the approved trial of the kernel arguments")
+	if r := b1.lastReboot(); r.TrialSlot == "" {
+		t.Fatalf("h1's reboot armed no trial: %+v", r)
+	}
+	// The trial boot: k3s has not reported it yet, so it is not healthy.
+	h1.kubeletLate = true
+	h1.comeBack(t, b1, "boot-2")
+	approve(f, "h2")
+	f.waitFor(t, "h2", "waiting for the turn h1 holds", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootWaitingForTurn
+	})
+	f.editMachine("h1", func(m *v1alpha1.Machine) {
+		// Made after the trial boot started, so that boot does not carry it out.
+		m.Spec.Reboot = &v1alpha1.RebootControl{Request: &v1alpha1.RebootRequest{RequestedAt: metav1.NewTime(time.Now().Add(2 * time.Second).Truncate(time.Second)), RequestedBy: "alice"}}
+	})
+	held := func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		tn := f.turnOf("h1")
+		return hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootVerifying && tn != nil && n.Spec.Unschedulable
+	}
+	f.waitFor(t, "h1", "the request pending and the trial holding its turn", held)
+	time.Sleep(3 * time.Second) // many coordinator passes (it resyncs every 500 ms)
+	f.waitFor(t, "h1", "still holding its turn", held)
+	if tn := f.turnOf("h2"); tn != nil || b2.rebootCount() != 0 {
+		t.Fatalf("h2 was given a turn (%+v, %d reboots) while h1's trial was not committed", tn, b2.rebootCount())
+	}
+
+	h1.reportBoot(t)
+	waitCount(t, "h1's trial committed", func() bool { return b1.get().Committed })
+	f.waitFor(t, "h1", "h1's turn given back, the request waiting for approval", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && f.turnOf("h1") == nil && !n.Spec.Unschedulable
+	})
+	f.waitReboots(t, "h2", b2, 1, "h2's reboot on the turn h1 gave back")
+}

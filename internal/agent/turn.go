@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"liken.dev/liken/api/v1alpha1"
 )
 
@@ -15,8 +16,9 @@ type rebootView struct {
 	state   v1alpha1.RebootState
 	message string
 	// mayReboot: the machine holds a drained turn for exactly its pending set, and the
-	// reboot is approved (Manual) or due (Auto).
+	// reboot is approved (Manual) or due (Auto); turnSince is that turn's.
 	mayReboot bool
+	turnSince metav1.Time
 }
 
 // healthy is the health gate before a turn is given back: k3s healthy, the Node Ready,
@@ -39,6 +41,19 @@ func (a *Agent) healthy(out *outcome) (bool, string) {
 	return true, ""
 }
 
+// backOnTurn: the machine holds a drained turn and this boot came after the reboot made
+// on it (or is a trial not yet committed, which only such a reboot starts).
+func (a *Agent) backOnTurn(turn *v1alpha1.Turn) bool {
+	if turn == nil || turn.Phase != v1alpha1.TurnDrained {
+		return false
+	}
+	if bi := a.bootInfo; bi != nil && bi.Trial && !bi.Committed {
+		return true
+	}
+	r := a.st.RebootedForTurn
+	return r != nil && r.Equal(&turn.Since) && a.st.RebootAsked == nil
+}
+
 func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v1alpha1.PendingChange, hash string, out *outcome) rebootView {
 	var fields, failed []string
 	for _, p := range pending {
@@ -59,6 +74,15 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	for i, t := range c.Status.Turns {
 		if t.Machine == a.cfg.Machine && t.ReleasedBy == "" { // one given back is not held
 			turn = &c.Status.Turns[i]
+		}
+	}
+	if a.backOnTurn(turn) {
+		// Back from the reboot this turn was for: the turn is held until this boot is
+		// healthy (a trial until it commits), whatever became pending meanwhile. Reporting
+		// a new wait here would make the coordinator take the turn back, uncordon the Node
+		// and give the budget to the next machine while this one may still fall back.
+		if ok, why := a.healthy(out); !ok {
+			return rebootView{state: v1alpha1.RebootVerifying, message: "back from its reboot; it gives its turn back once healthy: " + why}
 		}
 	}
 	if len(fields) == 0 {
@@ -103,7 +127,7 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	// A turn first: the coordinator's clock decided the retry, not this machine's.
 	if turn != nil && turn.PendingHash == hash {
 		if turn.Phase == v1alpha1.TurnDrained {
-			return rebootView{state: v1alpha1.RebootDraining, message: "drained: rebooting", mayReboot: true}
+			return rebootView{state: v1alpha1.RebootDraining, message: "drained: rebooting", mayReboot: true, turnSince: turn.Since}
 		}
 		return rebootView{state: v1alpha1.RebootDraining, message: fmt.Sprintf("%s (%s); holds a disruption-budget turn since %s: the coordinator cordons the Node and evicts its pods", need, why, turn.Since.UTC().Format(time.RFC3339))}
 	}

@@ -513,7 +513,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	}
 	if v.release.Trial {
 		v.status.State, v.status.TargetSlot = v1alpha1.UpgradeTrial, v1alpha1.Slot(bi.Slot)
-		v.status.Message = fmt.Sprintf("trial boot of slot %s: it becomes the default once k3s is healthy, the node Ready and the spec applied", bi.Slot)
+		v.status.Message = fmt.Sprintf("trial boot of slot %s: it becomes the default once k3s is healthy and the Node Ready on this boot", bi.Slot)
 		if at := a.st.Attempt; at != nil && at.Waiting != "" {
 			v.status.Message += "; " + at.Waiting
 		}
@@ -774,7 +774,8 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	if !rebootFields || !v.releaseReady || out.reboot == nil || !out.reboot.mayReboot {
 		return false, nil
 	}
-	prevApproved, prevApprovedAt, prevRequest := a.st.ApprovedHash, a.st.ApprovedAt, a.st.LastRequestHandled
+	asked := &state.RebootAsked{BootID: bi.BootID, PrevApprovedHash: a.st.ApprovedHash, PrevApprovedAt: a.st.ApprovedAt,
+		PrevRequest: a.st.LastRequestHandled, PrevRebootTime: a.st.LastRebootTime}
 	why := fmt.Sprintf("staged changes %s", hash)
 	if p := a.requestPending(m); p != nil {
 		r := m.Spec.Reboot.Request
@@ -822,6 +823,9 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
 	a.st.LastRebootTime = &now
+	a.st.RebootAsked = asked
+	since := out.reboot.turnSince
+	a.st.RebootedForTurn = &since
 	// Remember the trial before arming it: whatever happens next, the boot after can tell.
 	if err := a.cfg.State.Save(a.st); err != nil {
 		return false, err
@@ -837,14 +841,48 @@ func (a *Agent) maybeReboot(ctx context.Context, m *v1alpha1.Machine, v *upgrade
 	a.stopJob()
 	a.sayLastWords(ctx, m, out)
 	if err := a.cfg.Boot.Reboot(ctx, req); err != nil {
-		// Not rebooted: the approval and the request are still to be carried out.
-		a.st.ApprovedHash, a.st.ApprovedAt, a.st.LastRequestHandled = prevApproved, prevApprovedAt, prevRequest
-		a.st.Attempt = nil
 		a.rebooting = false
+		a.takeBackReboot()
 		a.cfg.State.Save(a.st)
 		return false, err
 	}
 	return true, nil
+}
+
+// takeBackReboot undoes what a reboot init never took marked as used: the approval and the
+// request are still to be carried out, and no trial was armed.
+func (a *Agent) takeBackReboot() {
+	r := a.st.RebootAsked
+	if r == nil {
+		return
+	}
+	a.st.ApprovedHash, a.st.ApprovedAt, a.st.LastRequestHandled, a.st.LastRebootTime = r.PrevApprovedHash, r.PrevApprovedAt, r.PrevRequest, r.PrevRebootTime
+	if at := a.st.Attempt; at != nil && at.BootID == r.BootID {
+		a.st.Attempt = nil
+	}
+	a.st.RebootAsked, a.st.RebootedForTurn = nil, nil
+}
+
+// settleRebootAsked, at the agent's start, settles a reboot decided before it: done if this
+// is another boot; under way if init has taken it (the agent was restarted as the machine
+// went down); otherwise never asked of init (the agent was killed while it said its last
+// words), so what it marked as used is taken back and the next pass decides again.
+func (a *Agent) settleRebootAsked() error {
+	r, bi := a.st.RebootAsked, a.bootInfo
+	if r == nil || bi == nil {
+		return nil
+	}
+	switch {
+	case bi.BootID != r.BootID:
+		a.st.RebootAsked = nil
+	case bi.RebootPending:
+		a.rebooting = true
+		return nil
+	default:
+		a.log.Warn("the agent stopped after deciding to reboot and before init took the reboot: the approval or request is carried out again")
+		a.takeBackReboot()
+	}
+	return a.cfg.State.Save(a.st)
 }
 
 // sayLastWords makes sure what the machine says before it goes down (its status, which

@@ -60,6 +60,7 @@ func (b *fakeBoot) BootInfo(context.Context) (*supervisor.BootInfo, error) {
 		i.Slots[k] = v
 	}
 	i.Boots = append([]state.BootRecord(nil), b.info.Boots...)
+	i.RebootPending = b.rebootPending
 	return &i, nil
 }
 
@@ -627,4 +628,32 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 	powerCycle("boot-8", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}, Swap: &on})
 	defer s.stop()
 	f.waitFor(t, "o1", "swap applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return len(m.Status.Pending) == 0 })
+}
+
+// TestTrialCommitsDespiteUnrelatedFailures: a trial's verdict depends only on what the
+// trial is about. A sysctl this machine lacks and a Machine spec.version that is not pinned
+// are failures in status, but the trial boot, healthy, commits; before, they held the commit
+// until init's deadline and the good release was recorded as failed (HealthDeadline).
+func TestTrialCommitsDespiteUnrelatedFailures(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"x1": v1alpha1.RoleServer})
+	boot := f.bootedOnClusterRelease(t)
+	boot.info.Slots["B"] = boot.info.Slots["A"]
+	f.editMachine("x1", func(m *v1alpha1.Machine) {
+		m.Spec.Sysctls = v1alpha1.Sysctls{"kernel.no_such_key": "1"}
+		m.Spec.Version = "2099.01.01-001" // not in spec.releases
+	})
+	s := newSim(t, "x1", v1alpha1.RoleServer)
+	s.bootCtl = boot
+	boot.boot("boot-2", "B", true, "")
+	s.boot(t, f)
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "x1", "the trial committed, with the unrelated failures in status", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConfigApplied)
+		return boot.get().Committed && c != nil && c.Status == metav1.ConditionFalse &&
+			strings.Contains(c.Message, "sysctl kernel.no_such_key") && strings.Contains(c.Message, "not pinned")
+	})
+	if m, _ := f.liken.Machine(t.Context(), "x1"); len(m.Status.Upgrade.FailedReleases) > 0 {
+		t.Errorf("a release was recorded as failed: %+v", m.Status.Upgrade.FailedReleases)
+	}
 }

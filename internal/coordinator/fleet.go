@@ -92,6 +92,22 @@ func unavailable(n *corev1.Node) string {
 	return ""
 }
 
+// machineUnavailable is unavailable, and also says a machine whose agent reports it is going
+// down or back from a reboot and not yet healthy on this boot is unavailable: its Node may
+// still show a Ready its kubelet posted before the reboot, which is no evidence of this boot.
+func machineUnavailable(m *v1alpha1.Machine, n *corev1.Node) string {
+	if why := unavailable(n); why != "" {
+		return why
+	}
+	switch m.Status.Reboot.State {
+	case v1alpha1.RebootRebooting:
+		return "Rebooting"
+	case v1alpha1.RebootVerifying:
+		return "Verifying"
+	}
+	return ""
+}
+
 // waitsForTurn: the machine's agent asks for a turn now, for a release it has finished
 // writing, and is not held back by a drain that was blocked for the same set.
 func waitsForTurn(m *v1alpha1.Machine, blocks map[string]v1alpha1.DrainBlock, now time.Time) (bool, string) {
@@ -184,7 +200,7 @@ func MakePlan(f Fleet) (Plan, error) {
 		}
 		ms = append(ms, Machine{
 			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer,
-			Unavailable: unavailable(node), HoldsTurn: held[m.Name],
+			Unavailable: machineUnavailable(m, node), HoldsTurn: held[m.Name],
 			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self,
 		})
 	}

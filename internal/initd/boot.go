@@ -99,7 +99,7 @@ func (b *bootControl) Info() (supervisor.BootInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := supervisor.BootInfo{Slot: b.slot, Trial: b.trial, Committed: b.committed, Version: b.version,
-		KernelArgs: b.args, BootID: b.bootID, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest, Report: b.report}
+		KernelArgs: b.args, BootID: b.bootID, RebootPending: b.rebootPending, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest, Report: b.report}
 	if standIn() {
 		info.K3s = "stand-in"
 	}

@@ -74,6 +74,16 @@ type State struct {
 	FailedNetwork *FailedArgs `json:"failedNetwork,omitempty"`
 	// LastRequestHandled is the requestedAt of the last reboot request carried out.
 	LastRequestHandled *metav1.Time `json:"lastRequestHandled,omitempty"`
+	// RebootAsked is the reboot the agent is about to ask init for, recorded with what it
+	// marked as used for it, before it says its last words; it is cleared by the boot
+	// after. An agent killed before init took the request finds it on its next start in
+	// the same boot and takes the marks back, so the approval or request is carried out
+	// rather than dropped.
+	RebootAsked *RebootAsked `json:"rebootAsked,omitempty"`
+	// RebootedForTurn is the disruption-budget turn (its since) the last reboot was made on:
+	// once back, the machine holds that turn until it is healthy on this boot, whatever
+	// else has become pending meanwhile.
+	RebootedForTurn *metav1.Time `json:"rebootedForTurn,omitempty"`
 	// LastRebootTime is when the agent last asked init to reboot.
 	LastRebootTime *metav1.Time `json:"lastRebootTime,omitempty"`
 	// ApprovedHash and ApprovedAt identify the approval the last reboot acted on: each
@@ -86,6 +96,16 @@ type State struct {
 	// UnsentEvents are Events the agent recorded but could not send before it last went
 	// down (the API server was away); the next start sends them.
 	UnsentEvents []event.Event `json:"unsentEvents,omitempty"`
+}
+
+// RebootAsked is a reboot the agent decided on, and what it held before.
+type RebootAsked struct {
+	// BootID is the boot the reboot was to end.
+	BootID           string       `json:"bootID"`
+	PrevApprovedHash string       `json:"prevApprovedHash,omitempty"`
+	PrevApprovedAt   *metav1.Time `json:"prevApprovedAt,omitempty"`
+	PrevRequest      *metav1.Time `json:"prevRequest,omitempty"`
+	PrevRebootTime   *metav1.Time `json:"prevRebootTime,omitempty"`
 }
 
 // Attempt is a trial boot the agent armed: a release in a slot, kernel arguments, or both.

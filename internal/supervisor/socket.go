@@ -72,6 +72,8 @@ type BootInfo struct {
 	// Report is what init applied at this boot of the boot-time settings; nil when init
 	// has not got that far.
 	Report *state.BootReport `json:"report,omitempty"`
+	// RebootPending: init took a reboot request and the machine is going down.
+	RebootPending bool `json:"rebootPending,omitempty"`
 }
 
 // RebootRequest asks init to reboot, trying TrialSlot with TrialArgs once when TrialSlot is

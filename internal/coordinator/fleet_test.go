@@ -1,0 +1,48 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"liken.dev/liken/api/v1alpha1"
+)
+
+// TestPlanCountsAMachineBackFromItsRebootAsDown: a machine whose agent says it is going
+// down or not yet healthy on this boot counts against the budget though its Node shows a
+// Ready posted before the reboot, so no other machine is given a turn meanwhile.
+func TestPlanCountsAMachineBackFromItsRebootAsDown(t *testing.T) {
+	ready := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	}
+	for _, tt := range []struct {
+		state v1alpha1.RebootState
+		grant bool
+	}{
+		{v1alpha1.RebootNone, true},
+		{v1alpha1.RebootRebooting, false},
+		{v1alpha1.RebootVerifying, false},
+	} {
+		t.Run(string(tt.state), func(t *testing.T) {
+			one := intstr.FromInt32(1)
+			cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &one}}}
+			m1 := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+			m1.Status.Reboot.State = tt.state
+			m2 := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m2"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+			m2.Status.Reboot.State, m2.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:aa"
+			m2.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:aa"}}
+			p, err := MakePlan(Fleet{Cluster: cl, Machines: []v1alpha1.Machine{m1, m2},
+				Nodes: map[string]*corev1.Node{"m1": ready("m1"), "m2": ready("m2")}, Self: "s", Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if granted := len(p.Granted) == 1; granted != tt.grant {
+				t.Errorf("m1 %s: granted %v, want a turn for m2: %v (waiting %+v)", tt.state, p.Granted, tt.grant, p.Status.Waiting)
+			}
+		})
+	}
+}
