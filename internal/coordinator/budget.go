@@ -59,10 +59,13 @@ type Decision struct {
 
 // Decide grants turns to waiting machines, oldest wait first (then by name), while the
 // budget allows: a machine that holds a turn or is unavailable for any reason uses the
-// budget. A server gets a turn only when no other server is unavailable or holds a turn
-// (one server at a time keeps the control plane's quorum). A waiting machine that is
-// unavailable already gets its turn: it takes nothing more away. The coordinator's own
-// machine goes last: only when no other machine waits.
+// budget. A server gets a turn only when no other server is unavailable (other than by a
+// cordon) or holds a turn: one server at a time keeps the control plane's quorum, and a
+// server that is NotReady, down already, may still be a healthy etcd voter, so two of them
+// wait on each other until one is back or an operator removes one from the cluster; liken
+// never decides that alone. A waiting agent that is unavailable already gets its turn: it
+// takes nothing more away. The coordinator's own machine goes last: only when no other
+// machine waits.
 func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, error) {
 	d := Decision{Wait: map[string]string{}}
 	budget, err := Budget(maxUnavailable, len(machines))
@@ -101,13 +104,13 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	})
 	for i, m := range waiting {
 		otherServers := without(downServers, m.Name)
-		if m.Server && m.Unavailable != "" && m.Unavailable != Cordoned {
-			// A server that is down already takes nothing more from the quorum; only other
-			// servers' turns hold it back, so two down servers do not wait on each other
-			// for ever, and still go one at a time.
-			otherServers = without(turnServers, m.Name)
-		}
 		switch {
+		case m.Server && len(otherServers) > 0 && m.Unavailable != "" && m.Unavailable != Cordoned:
+			// Both down: rebooting this one could take the last voter but one of a member
+			// that only looks down (a NotReady kubelet says nothing of its etcd).
+			d.Wait[m.Name] = fmt.Sprintf("one server at a time: %s is unavailable too, and this server (%s) may still be a healthy etcd voter: "+
+				"liken does not reboot it while another server is down; bring %s back, or remove it from the cluster (its Machine and Node), to go on",
+				strings.Join(otherServers, ", "), m.Unavailable, strings.Join(otherServers, ", "))
 		case m.Server && len(otherServers) > 0:
 			// Checked first: a cordoned server still serves the control plane, so even an
 			// unavailable one waits while another server is down.

@@ -72,8 +72,10 @@ func TestDecide(t *testing.T) {
 			[]string{"a1"}, map[string]string{"s1": "goes last"}},
 		{"the coordinator alone", []Machine{coord(server("s1", 0)), idle(agent("a1", 5))}, nil, []string{"s1"}, nil},
 		{"a single-server cluster", []Machine{server("s1", 0)}, nil, []string{"s1"}, nil},
-		{"two NotReady servers: one goes, not neither", []Machine{down(server("s1", 1), "NotReady"), down(server("s2", 2), "NotReady"), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
-			[]string{"s1"}, map[string]string{"s2": "one server at a time: s1"}},
+		{"two NotReady servers: neither goes by itself", []Machine{down(server("s1", 1), "NotReady"), down(server("s2", 2), "NotReady"), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
+			nil, map[string]string{"s1": "s2 is unavailable too, and this server (NotReady) may still be a healthy etcd voter", "s2": "remove it from the cluster"}},
+		{"a NotReady server waits while another server is down", []Machine{down(server("s1", 1), "NotReady"), idle(down(server("s2", 0), "no Node")), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
+			nil, map[string]string{"s1": "bring s2 back"}},
 		{"an unavailable server waits while another server holds a turn", []Machine{holds(server("s1", 0)), down(server("s2", 1), "cordoned"), down(server("s3", 2), "NotReady")}, ptr(intstr.FromInt32(3)),
 			nil, map[string]string{"s2": "one server at a time: s1", "s3": "one server at a time: s1"}},
 		{"two unavailable servers: one goes", []Machine{down(server("s1", 1), "cordoned"), down(server("s2", 2), "cordoned"), idle(server("s3", 0))}, ptr(intstr.FromInt32(3)),
@@ -133,6 +135,17 @@ func TestDecideNeverExceedsTheBudget(t *testing.T) {
 			granted[g] = true
 		}
 		before, after, serversBefore, serversAfter := 0, 0, 0, 0
+		for _, m := range ms {
+			if !m.Server || !granted[m.Name] {
+				continue
+			}
+			// A server's turn: no other server down or holding a turn, NotReady ones included.
+			for _, o := range ms {
+				if o.Server && o.Name != m.Name && (o.HoldsTurn || (o.Unavailable != "" && o.Unavailable != Cordoned)) {
+					t.Fatalf("run %d: server %s granted while server %s is down (%q, turn %v): %+v", run, m.Name, o.Name, o.Unavailable, o.HoldsTurn, ms)
+				}
+			}
+		}
 		for _, m := range ms {
 			wasDown := m.HoldsTurn || m.Unavailable != ""
 			if wasDown {

@@ -108,6 +108,12 @@ func machineUnavailable(m *v1alpha1.Machine, n *corev1.Node) string {
 	return ""
 }
 
+// neverJoined: the machine has no Node and its agent never wrote its status.
+func neverJoined(m *v1alpha1.Machine, n *corev1.Node) bool {
+	s := m.Status
+	return n == nil && s.ObservedGeneration == 0 && s.Release == nil && s.Hardware == nil && s.Reboot.State == ""
+}
+
 // waitsForTurn: the machine's agent asks for a turn now, for a release it has finished
 // writing, and is not held back by a drain that was blocked for the same set.
 func waitsForTurn(m *v1alpha1.Machine, blocks map[string]v1alpha1.DrainBlock, now time.Time) (bool, string) {
@@ -167,6 +173,7 @@ func MakePlan(f Fleet) (Plan, error) {
 	}
 
 	var ms []Machine
+	var notJoined []string
 	notes := map[string]string{}
 	windowOpen, nextWindow, windowErr := Windows(cl.Spec.MaintenanceWindows, f.Now)
 	for i := range f.Machines {
@@ -192,6 +199,13 @@ func MakePlan(f Fleet) (Plan, error) {
 			since = m.Status.Reboot.Since.Time
 		}
 		node := f.Nodes[m.Name]
+		if neverJoined(m, node) && !held[m.Name] {
+			// Listed in the layer but never installed, or not booted yet: nothing of the
+			// cluster's capacity is missing, so it takes none of the budget (it would stop
+			// every reboot under maxUnavailable 1 for ever).
+			notJoined = append(notJoined, m.Name)
+			continue
+		}
 		if uncordoning[m.Name] && node != nil {
 			// Its turn ends in this plan and the Node is uncordoned before the write: a
 			// cordon that is liken's own does not hold the budget a moment longer.
@@ -238,7 +252,7 @@ func MakePlan(f Fleet) (Plan, error) {
 	})
 	st.Waiting = waiting
 	st.Coordinator = f.Self
-	count(&st, cl, f.Machines, ms, f.Now)
+	count(&st, cl, f.Machines, ms, notJoined, f.Now)
 	if windowErr != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,
 			Reason: "MaintenanceWindowInvalid", Message: windowErr.Error() + ": rebootPolicy Auto reboots wait until it is fixed", ObservedGeneration: cl.Generation})
@@ -251,7 +265,7 @@ func MakePlan(f Fleet) (Plan, error) {
 // StuckAfter is how long a turn holder may be unavailable before the Cluster says so.
 var StuckAfter = 15 * time.Minute
 
-func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1.Machine, ms []Machine, now time.Time) {
+func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1.Machine, ms []Machine, notJoined []string, now time.Time) {
 	st.ObservedGeneration = cl.Generation
 	st.Machines = int32(len(machines))
 	type vd struct{ v, d string }
@@ -309,10 +323,14 @@ func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: cl.Generation})
 	}
 	budget, _ := Budget(cl.Spec.DisruptionBudget.MaxUnavailable, len(ms))
+	never := ""
+	if len(notJoined) > 0 {
+		never = fmt.Sprintf("; not counted: %s never joined (no Node, and no status from its agent)", strings.Join(notJoined, ", "))
+	}
 	if len(down) > budget {
-		set(v1alpha1.ClusterAvailable, false, "OverBudget", fmt.Sprintf("%d machines are unavailable, more than the budget of %d: %v", len(down), budget, down))
+		set(v1alpha1.ClusterAvailable, false, "OverBudget", fmt.Sprintf("%d machines are unavailable, more than the budget of %d: %v%s", len(down), budget, down, never))
 	} else {
-		set(v1alpha1.ClusterAvailable, true, "WithinBudget", fmt.Sprintf("%d of %d machines unavailable, within the budget of %d", len(down), len(ms), budget))
+		set(v1alpha1.ClusterAvailable, true, "WithinBudget", fmt.Sprintf("%d of %d machines unavailable, within the budget of %d%s", len(down), len(ms), budget, never))
 	}
 	if upToDate < int32(len(machines)) || len(st.Turns) > 0 || len(st.Waiting) > 0 {
 		set(v1alpha1.ClusterProgressing, true, "RollingOut", fmt.Sprintf("%d of %d machines run the release they are meant to; %d hold a turn, %d wait", upToDate, len(machines), len(st.Turns), len(st.Waiting)))

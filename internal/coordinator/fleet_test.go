@@ -1,10 +1,12 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -44,5 +46,37 @@ func TestPlanCountsAMachineBackFromItsRebootAsDown(t *testing.T) {
 				t.Errorf("m1 %s: granted %v, want a turn for m2: %v (waiting %+v)", tt.state, p.Granted, tt.grant, p.Status.Waiting)
 			}
 		})
+	}
+}
+
+// TestPlanIgnoresMachinesNeverJoined: a Machine listed in the layer but never installed (no
+// Node, no status) takes none of the budget, so the others still reboot under
+// maxUnavailable 1, and the Cluster's status names it; one whose agent has reported and
+// whose Node is gone still counts.
+func TestPlanIgnoresMachinesNeverJoined(t *testing.T) {
+	ready := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Status: corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	cl := &v1alpha1.Cluster{}
+	m1 := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+	m1.Status.Reboot.State, m1.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:aa"
+	m1.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:aa"}}
+	never := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m9"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+	p, err := MakePlan(Fleet{Cluster: cl, Machines: []v1alpha1.Machine{m1, never}, Nodes: map[string]*corev1.Node{"m1": ready}, Self: "s", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ClusterAvailable)
+	if len(p.Granted) != 1 || c == nil || !strings.Contains(c.Message, "m9 never joined") {
+		t.Errorf("granted %v (waiting %+v), Available %+v; want m1 granted and m9 named as never joined", p.Granted, p.Status.Waiting, c)
+	}
+
+	gone := never
+	gone.Status.ObservedGeneration = 1 // its agent reported once; its Node is gone now
+	p, err = MakePlan(Fleet{Cluster: cl, Machines: []v1alpha1.Machine{m1, gone}, Nodes: map[string]*corev1.Node{"m1": ready}, Self: "s", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Granted) != 0 {
+		t.Errorf("granted %v while m9, which joined once, has no Node", p.Granted)
 	}
 }
