@@ -2,6 +2,9 @@ package v1alpha1
 
 // Condition types and reasons. Code decides from these; people read them with
 // `kubectl describe`. Each reason is CamelCase and says why the condition has its status.
+// Every reason the agent or the coordinator sets is declared here and has a row in
+// docs/troubleshoot.md, and none is declared that nothing sets: conditions_test.go reads the
+// source to hold both.
 
 // Machine condition types.
 const (
@@ -51,17 +54,12 @@ const (
 
 	// ReasonNothingPending: no staged change and no reboot request.
 	ReasonNothingPending = "NothingPending"
-	// ReasonChangesStaged: changes wait for the next boot or a reboot; the message names them.
+	// ReasonChangesStaged: changes or an operator's reboot request (pending like a change)
+	// wait for the next boot or a reboot; the message names them.
 	ReasonChangesStaged = "ChangesStaged"
-	// ReasonRebootRequested: an operator asked for a reboot.
-	ReasonRebootRequested = "RebootRequested"
 
-	// ReasonHealthy: nothing is degraded.
+	// ReasonHealthy: nothing is degraded (a Machine's or the Cluster's Degraded).
 	ReasonHealthy = "Healthy"
-	// ReasonVersionNotPinned: the wanted version has no pin in the Cluster's spec.releases.
-	ReasonVersionNotPinned = "VersionNotPinned"
-	// ReasonReleaseVerifyFailed: a downloaded file did not match the pinned digest.
-	ReasonReleaseVerifyFailed = "ReleaseVerifyFailed"
 
 	// ReasonKernelPanic, ReasonInitFailed, ReasonWatchdog, ReasonHealthDeadline and
 	// ReasonBootInterrupted say why a trial boot failed.
@@ -82,7 +80,29 @@ const (
 	ClusterAvailable = "Available"
 	// ClusterProgressing is True while machines move to spec.version or apply staged changes.
 	ClusterProgressing = "Progressing"
-	// ClusterDegraded is True when a machine failed a trial or a turn is held by a machine
-	// that does not come back.
+	// ClusterDegraded is True when a machine failed a trial, a drain was blocked, a turn is
+	// held by a machine that does not come back, or the maintenance windows cannot be read.
 	ClusterDegraded = "Degraded"
+)
+
+// Cluster condition reasons (and ReasonHealthy).
+const (
+	// ReasonWithinBudget: no more machines are unavailable than the disruption budget allows.
+	ReasonWithinBudget = "WithinBudget"
+	// ReasonOverBudget: more machines are unavailable than the budget allows; the message
+	// names them. No turn is given until enough are back.
+	ReasonOverBudget = "OverBudget"
+	// ReasonRollingOut: a machine does not run the release it is meant to, holds a turn or
+	// waits for one.
+	ReasonRollingOut = "RollingOut"
+	// ReasonUpToDate: every machine runs the release it is meant to and nothing waits.
+	ReasonUpToDate = "UpToDate"
+	// ReasonTurnHolderNotBack: a machine holding a turn has been unavailable for longer than
+	// 15 minutes (the coordinator's StuckAfter); turns never expire by themselves.
+	ReasonTurnHolderNotBack = "TurnHolderNotBack"
+	// ReasonMachinesNeedAttention: machines fell back from a trial, or drains were blocked.
+	ReasonMachinesNeedAttention = "MachinesNeedAttention"
+	// ReasonMaintenanceWindowInvalid: spec.maintenanceWindows cannot be read (an unknown
+	// time zone, say); Auto reboots wait until it is fixed.
+	ReasonMaintenanceWindowInvalid = "MaintenanceWindowInvalid"
 )
