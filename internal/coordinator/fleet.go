@@ -255,7 +255,7 @@ func MakePlan(f Fleet) (Plan, error) {
 	count(&st, cl, f.Machines, ms, notJoined, f.Now)
 	if windowErr != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,
-			Reason: "MaintenanceWindowInvalid", Message: windowErr.Error() + ": rebootPolicy Auto reboots wait until it is fixed", ObservedGeneration: cl.Generation})
+			Reason: v1alpha1.ReasonMaintenanceWindowInvalid, Message: windowErr.Error() + ": rebootPolicy Auto reboots wait until it is fixed", ObservedGeneration: cl.Generation})
 	}
 	p.Status = st
 	return p, nil
@@ -328,14 +328,14 @@ func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1
 		never = fmt.Sprintf("; not counted: %s never joined (no Node, and no status from its agent)", strings.Join(notJoined, ", "))
 	}
 	if len(down) > budget {
-		set(v1alpha1.ClusterAvailable, false, "OverBudget", fmt.Sprintf("%d machines are unavailable, more than the budget of %d: %v%s", len(down), budget, down, never))
+		set(v1alpha1.ClusterAvailable, false, v1alpha1.ReasonOverBudget, fmt.Sprintf("%d machines are unavailable, more than the budget of %d: %v%s", len(down), budget, down, never))
 	} else {
-		set(v1alpha1.ClusterAvailable, true, "WithinBudget", fmt.Sprintf("%d of %d machines unavailable, within the budget of %d%s", len(down), len(ms), budget, never))
+		set(v1alpha1.ClusterAvailable, true, v1alpha1.ReasonWithinBudget, fmt.Sprintf("%d of %d machines unavailable, within the budget of %d%s", len(down), len(ms), budget, never))
 	}
 	if upToDate < int32(len(machines)) || len(st.Turns) > 0 || len(st.Waiting) > 0 {
-		set(v1alpha1.ClusterProgressing, true, "RollingOut", fmt.Sprintf("%d of %d machines run the release they are meant to; %d hold a turn, %d wait", upToDate, len(machines), len(st.Turns), len(st.Waiting)))
+		set(v1alpha1.ClusterProgressing, true, v1alpha1.ReasonRollingOut, fmt.Sprintf("%d of %d machines run the release they are meant to; %d hold a turn, %d wait", upToDate, len(machines), len(st.Turns), len(st.Waiting)))
 	} else {
-		set(v1alpha1.ClusterProgressing, false, "UpToDate", "every machine runs the release it is meant to and nothing waits")
+		set(v1alpha1.ClusterProgressing, false, v1alpha1.ReasonUpToDate, "every machine runs the release it is meant to and nothing waits")
 	}
 	var stuck []string
 	for _, t := range st.Turns {
@@ -347,11 +347,11 @@ func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1
 	}
 	switch {
 	case len(stuck) > 0:
-		set(v1alpha1.ClusterDegraded, true, "TurnHolderNotBack", fmt.Sprintf("%s holds a disruption-budget turn and is not back after %s: turns never expire by themselves; if it will not return, liken release-turn gives its turn back",
+		set(v1alpha1.ClusterDegraded, true, v1alpha1.ReasonTurnHolderNotBack, fmt.Sprintf("%s holds a disruption-budget turn and is not back after %s: turns never expire by themselves; if it will not return, liken release-turn gives its turn back",
 			strings.Join(stuck, ", "), StuckAfter))
 	case failed > 0 || len(st.DrainBlocked) > 0:
-		set(v1alpha1.ClusterDegraded, true, "MachinesNeedAttention", fmt.Sprintf("%d machines fell back from a trial, %d drains were blocked", failed, len(st.DrainBlocked)))
+		set(v1alpha1.ClusterDegraded, true, v1alpha1.ReasonMachinesNeedAttention, fmt.Sprintf("%d machines fell back from a trial, %d drains were blocked", failed, len(st.DrainBlocked)))
 	default:
-		set(v1alpha1.ClusterDegraded, false, "Healthy", "no trial failed and no drain is blocked")
+		set(v1alpha1.ClusterDegraded, false, v1alpha1.ReasonHealthy, "no trial failed and no drain is blocked")
 	}
 }
