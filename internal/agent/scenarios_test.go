@@ -555,3 +555,42 @@ func TestTurnHeldThroughTrial(t *testing.T) {
 	})
 	f.waitReboots(t, "h2", b2, 1, "h2's reboot on the turn h1 gave back")
 }
+
+// TestRefusedDiskAsksForNoReboot: under rebootPolicy Auto, a disk init refused at a boot
+// stays pending and, rebooted for together with another change, does not by itself ask for
+// one more reboot once the other change is applied. Before, the agent remembered only the
+// last rebooted set, and the set left ({disks}) was new to it: one extra reboot after every
+// other change.
+func TestRefusedDiskAsksForNoReboot(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"rd1": v1alpha1.RoleAgent})
+	boot := f.bootedOnClusterRelease(t)
+	boot.refuseDisks = true
+	s := f.running(t, "rd1", boot)
+	f.editMachine("rd1", func(m *v1alpha1.Machine) {
+		m.Spec.RebootPolicy = ptr(v1alpha1.RebootAuto)
+		m.Spec.Disks = []v1alpha1.Disk{{Device: "/dev/disk/by-id/virtio-data", Partitions: []v1alpha1.Partition{{Label: "data", MountPoint: "/var/mnt/data"}}}}
+	})
+	f.waitReboots(t, "rd1", boot, 1, "the reboot for the disk")
+	s.comeBack(t, boot, "boot-2")
+	f.waitFor(t, "rd1", "the refused disk pending, waiting for an operator", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return hasPending(m, "machine.spec.disks") && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+
+	// Another Reboot-class change: one reboot takes it (the disk is tried with it).
+	f.editMachine("rd1", func(m *v1alpha1.Machine) {
+		m.Spec.Network = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true}}}
+	})
+	f.waitReboots(t, "rd1", boot, 2, "the reboot for the network")
+	s.comeBack(t, boot, "boot-3")
+	f.waitFor(t, "rd1", "the network applied, the disk still pending and no reboot asked for", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		return !hasPending(m, "machine.spec.network") && hasPending(m, "machine.spec.disks") &&
+			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && strings.Contains(m.Status.Reboot.Message, "could not apply") &&
+			f.turnOf("rd1") == nil && !n.Spec.Unschedulable
+	})
+	time.Sleep(3 * time.Second) // many passes of the agent and the coordinator
+	if n := boot.rebootCount(); n != 2 {
+		t.Fatalf("%d reboots: the refused disk asked for another reboot by itself", n)
+	}
+	approve(f, "rd1")
+	f.waitReboots(t, "rd1", boot, 3, "the operator's approved retry of the disk")
+}

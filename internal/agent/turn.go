@@ -55,12 +55,18 @@ func (a *Agent) backOnTurn(turn *v1alpha1.Turn) bool {
 }
 
 func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v1alpha1.PendingChange, hash string, out *outcome) rebootView {
-	var fields, failed []string
+	var fields, failed, notApplied []string
+	approvedNow := a.approved(m, hash)
 	for _, p := range pending {
 		switch {
 		case p.Class != v1alpha1.Reboot:
 		case out.view.notRetried(p.Field):
 			failed = append(failed, p.Field)
+		case out.notAppliedBoot[p.Field] != "" && !approvedNow:
+			// A boot could not apply it (a disk holding data, say): another boot would not
+			// either, so it asks for no reboot by itself, whatever else was rebooted for.
+			// Only an operator's approval of the set tries it again.
+			notApplied = append(notApplied, p.Field)
 		default:
 			fields = append(fields, p.Field)
 		}
@@ -92,6 +98,15 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 			}
 			return rebootView{state: v1alpha1.RebootNone, message: "back from its reboot and healthy: the coordinator uncordons the Node and takes the turn back"}
 		}
+		if len(notApplied) > 0 {
+			var whys []string
+			for _, f := range notApplied {
+				whys = append(whys, f+": "+out.notAppliedBoot[f])
+			}
+			return rebootView{state: v1alpha1.RebootWaitingForApproval, message: fmt.Sprintf(
+				"%s need a reboot, but a reboot for them happened already and the boot could not apply them (%s); approve pending set %s with liken approve-reboot to try once more",
+				strings.Join(notApplied, ", "), strings.Join(whys, "; "), hash)}
+		}
 		return rebootView{state: v1alpha1.RebootNone, message: none}
 	}
 	need := strings.Join(fields, ", ") + " need a reboot"
@@ -99,7 +114,7 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 	if a.cfg.Boot == nil {
 		cannot = "; but liken's init did not boot this machine, so liken cannot reboot it"
 	}
-	approved := a.approved(m, hash)
+	approved := approvedNow
 	why := ""
 	switch {
 	case approved:
