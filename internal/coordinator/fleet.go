@@ -48,6 +48,11 @@ func holding(t v1alpha1.Turn, m *v1alpha1.Machine) (bool, string) {
 	st := m.Status.Reboot.State
 	same := m.Status.PendingHash == t.PendingHash
 	switch {
+	case m.Status.Upgrade.State == v1alpha1.UpgradeDownloading && st != v1alpha1.RebootRebooting && st != v1alpha1.RebootVerifying:
+		// A turn is granted only once the release is written: writing it again (the agent
+		// restarted mid-write, or found the slot corrupt) can take long, and the Node
+		// should not stay cordoned, nor the budget held, meanwhile. It asks again once done.
+		return false, "it must write its release into the inactive slot again before it can reboot"
 	case st == v1alpha1.RebootRebooting || st == v1alpha1.RebootVerifying:
 		return t.Phase == v1alpha1.TurnDrained, "it was not drained yet"
 	case (st == v1alpha1.RebootWaitingForTurn || st == v1alpha1.RebootDraining) && same:

@@ -80,3 +80,26 @@ func TestPlanIgnoresMachinesNeverJoined(t *testing.T) {
 		t.Errorf("granted %v while m9, which joined once, has no Node", p.Granted)
 	}
 }
+
+// TestPlanTakesBackATurnDuringADownload: a machine that holds a turn and must write its
+// release again (its agent restarted mid-write) gives the turn back, its Node uncordoned,
+// rather than holding the budget for the whole download.
+func TestPlanTakesBackATurnDuringADownload(t *testing.T) {
+	for _, phase := range []v1alpha1.TurnPhase{v1alpha1.TurnDraining, v1alpha1.TurnDrained} {
+		t.Run(string(phase), func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: corev1.NodeSpec{Unschedulable: true}, Status: corev1.NodeStatus{
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+			cl := &v1alpha1.Cluster{Status: v1alpha1.ClusterStatus{Turns: []v1alpha1.Turn{{Machine: "m1", PendingHash: "sha256:aa", Phase: phase}}}}
+			m1 := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+			m1.Status.Reboot.State, m1.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:aa"
+			m1.Status.Upgrade.State = v1alpha1.UpgradeDownloading
+			p, err := MakePlan(Fleet{Cluster: cl, Machines: []v1alpha1.Machine{m1}, Nodes: map[string]*corev1.Node{"m1": node}, Self: "s", Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Status.Turns) != 0 || !strings.Contains(p.Released["m1"], "write its release") || len(p.Uncordon) != 1 {
+				t.Errorf("turns %+v, released %v, uncordon %v; want the turn given back and the Node uncordoned", p.Status.Turns, p.Released, p.Uncordon)
+			}
+		})
+	}
+}
