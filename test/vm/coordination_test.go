@@ -49,8 +49,8 @@ type fleetRecord struct {
 	timeline []string
 	// atOnce are the moments two machines were unavailable, or held turns, together.
 	atOnce []string
-	// cordoned and notReady: when each Node was first seen so; readyAgain: when it was last
-	// seen turning Ready; released: when each machine's turn was last seen to end.
+	// cordoned: when each Node was first seen so; notReady and readyAgain: when it was last
+	// seen turning NotReady, and Ready; released: when each machine's turn was last seen to end.
 	cordoned, notReady, readyAgain, released map[string]time.Time
 	nodes                                    map[string]string // name → why unavailable, "" if available
 	holders                                  []string
@@ -66,7 +66,7 @@ func (r *fleetRecord) node(n *corev1.Node) {
 	why := ""
 	if !kube.NodeReady(n) {
 		why = "NotReady"
-		if _, ok := r.notReady[n.Name]; !ok {
+		if prev, seen := r.nodes[n.Name]; !seen || !strings.Contains(prev, "NotReady") {
 			r.notReady[n.Name] = time.Now()
 		}
 	} else if prev, seen := r.nodes[n.Name]; seen && strings.Contains(prev, "NotReady") {
@@ -313,12 +313,14 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 	if turnBack.IsZero() {
 		t.Fatal("vm-2's turn was never seen given back")
 	}
-	// The health gate: a Node that went NotReady while down was Ready again before the turn
-	// was given back.
-	if down := rec.at(rec.notReady, "vm-2"); !down.IsZero() {
-		if up := rec.at(rec.readyAgain, "vm-2"); up.IsZero() || up.After(turnBack) {
-			t.Errorf("vm-2's turn was given back at %s, before its Node was Ready again (%s)", turnBack.Format(time.StampMilli), up.Format(time.StampMilli))
-		}
+	// The health gate: the Node went NotReady while down (a reboot in TCG outlasts the node
+	// controller's grace period by far), and was Ready again before the turn was given back.
+	// Without the NotReady, this check would prove nothing: it is required.
+	if down := rec.at(rec.notReady, "vm-2"); down.IsZero() || down.Before(rebootAt.Add(-time.Minute)) {
+		t.Errorf("vm-2's Node was not seen NotReady while it was down (last turned NotReady at %v, reboot at %s): the health gate was not exercised",
+			down, rebootAt.Format(time.StampMilli))
+	} else if up := rec.at(rec.readyAgain, "vm-2"); up.IsZero() || up.After(turnBack) {
+		t.Errorf("vm-2's turn was given back at %s, before its Node was Ready again (%s)", turnBack.Format(time.StampMilli), up.Format(time.StampMilli))
 	}
 	if s := states(); index(s, v1alpha1.RebootWaitingForApproval) < 0 || index(s, v1alpha1.RebootDraining) < index(s, v1alpha1.RebootWaitingForApproval) ||
 		index(s, v1alpha1.RebootRebooting) < index(s, v1alpha1.RebootDraining) || s[len(s)-1] != v1alpha1.RebootNone {
