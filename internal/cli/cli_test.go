@@ -109,6 +109,8 @@ func TestErrors(t *testing.T) {
 		{"upgrade without a version", []string{"upgrade"}, exitUsage, []string{"the release version"}},
 		{"approve nothing", []string{"approve-reboot"}, exitUsage, []string{"name the machines to approve, or give --all"}},
 		{"approve names and all", []string{"approve-reboot", "m1", "--all"}, exitUsage, []string{"or give --all"}},
+		{"approve with a negative wait", []string{"approve-reboot", "m1", "--wait", "-1s"}, exitUsage, []string{"--wait -1s: give a duration of 0 or more"}},
+		{"approve with a wait that is no duration", []string{"approve-reboot", "m1", "--wait", "5"}, exitUsage, []string{`invalid argument "5" for "--wait"`}},
 		{"request without a machine", []string{"request-reboot"}, exitUsage, []string{"give the Machine to reboot"}},
 		{"validate without paths", []string{"validate"}, exitUsage, []string{"give at least one file or directory"}},
 		{"bad output format", []string{"validate", examples, "-o", "xml"}, exitUsage, []string{`--output "xml": give json or yaml`}},

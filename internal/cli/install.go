@@ -33,23 +33,29 @@ checked against the pin as it is written. A disk that is not empty is refused un
 With --layer-only, only the layer of an installed disk is replaced, by a newer one of the same
 cluster and role (built again with more Machines, say): its slots, boot loader and state are
 left alone, and the machine reads the new layer at its next boot; a server then makes the
-Machines that are missing. --channel and --pin are not needed.`,
+Machines that are missing. --channel and --pin are not needed. The new layer is bound as an
+install binds it: to --machine, else to the machine the disk was installed for (a different
+--machine is refused), else it must hold one machine's credentials only.`,
 		Example: `  liken install --channel file:///srv/channel --pin sha256:... --layer layer/server.layer --disk /dev/sdb
   liken install --channel https://releases.example.com/liken --pin sha256:... --layer layer/agent.layer \
       --disk agent-1.img --size 4G --machine agent-1
-  liken install --layer-only --layer layer/server.layer --disk server-1.img`,
+  liken install --layer-only --layer layer/server.layer --disk server-1.img --machine server-1`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if layerOnly {
 				if o.Layer == "" || o.Disk == "" {
 					return usageErr("--layer-only needs --layer and --disk")
 				}
-				digest, err := install.ReplaceLayer(o)
+				if err := out.check(); err != nil {
+					return err
+				}
+				res, err := install.ReplaceLayer(o)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "replaced the layer of %s with %s (%s); the machine reads it at its next boot\n", o.Disk, o.Layer, digest)
-				return nil
+				return out.print(cmd.OutOrStdout(), res, func(w io.Writer) {
+					fmt.Fprintf(w, "replaced the layer of %s with %s (%s)%s; the machine reads it at its next boot\n", o.Disk, o.Layer, res.LayerDigest, forMachine(res.Machine))
+				})
 			}
 			if o.Channel == "" || o.Pin == "" || o.Layer == "" || o.Disk == "" {
 				return usageErr("--channel, --pin, --layer and --disk are required")
@@ -92,7 +98,7 @@ Machines that are missing. --channel and --pin are not needed.`,
 	f.StringVar(&o.Layer, "layer", "", "deployment layer (server.layer or agent.layer from liken layer)")
 	f.StringVar(&o.LayerDigest, "layer-digest", "", "the layer's digest as liken layer printed it: a layer with other bytes is refused")
 	f.StringVar(&o.Disk, "disk", "", "block device or disk image file to write")
-	f.StringVar(&o.Machine, "machine", "", "bind the disk to this Machine (keeps only its credential)")
+	f.StringVar(&o.Machine, "machine", "", "bind the disk to this Machine, keeping only its credential (needed for a layer of several machines)")
 	f.BoolVar(&o.Wipe, "wipe", false, "erase a disk that is not empty")
 	f.BoolVar(&layerOnly, "layer-only", false, "replace only the layer of an installed disk with a newer one of the same cluster and role")
 	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot")
@@ -116,4 +122,11 @@ func parseMiB(s string) (int, error) {
 		return 0, fmt.Errorf("%q is not a size such as 4G or 3072M", s)
 	}
 	return n * mult, nil
+}
+
+func forMachine(m string) string {
+	if m == "" {
+		return ""
+	}
+	return " for machine " + m
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,12 +25,21 @@ type approval struct {
 	Fields      []string `json:"fields"`
 }
 
+// requestField is the pending entry of an operator's reboot request (the agent's name for
+// it, in status.pending).
+const requestField = "machine.spec.reboot.request"
+
+// defaultWait is how long approve-reboot waits, by default, for an agent to see a reboot
+// request: an agent that is up sees an edit within seconds.
+const defaultWait = time.Minute
+
 func newApproveReboot() *cobra.Command {
 	var (
-		o   output
-		k   kubeFlags
-		all bool
-		by  string
+		o    output
+		k    kubeFlags
+		all  bool
+		by   string
+		wait time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "approve-reboot MACHINE... | --all",
@@ -37,9 +47,18 @@ func newApproveReboot() *cobra.Command {
 		Long: `Approves the reboot each named Machine waits for under rebootPolicy Manual: it writes
 spec.reboot.approval with the Machine's current status.pendingHash, who approved and when.
 The approval covers exactly that set of staged changes (and reboot request): anything
-staged after it needs a new approval. A Machine whose status does not yet describe its
-latest spec is refused, so an approval is never given for a set you have not seen.`,
+staged after it needs a new approval. The pending set approved is always the one the
+Machine's status gives for its latest spec: a pending set the agent computed before the
+last edit is never approved.
+
+A Machine whose reboot request (liken request-reboot) its agent has not seen yet is waited
+for, up to --wait (default 1m), and then its new pending set, the request included, is
+approved. Any other edit the agent has not seen yet is refused, unless --wait is given:
+then it is waited for too. --wait 0 never waits. --wait bounds the whole command, however
+many machines it waits for.`,
 		Example: `  liken approve-reboot worker-7
+  liken request-reboot worker-7 && liken approve-reboot worker-7
+  liken approve-reboot worker-7 --wait 5m
   liken approve-reboot --all --kubeconfig layer/admin.kubeconfig`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(); err != nil {
@@ -48,6 +67,10 @@ latest spec is refused, so an approval is never given for a set you have not see
 			if all == (len(args) > 0) {
 				return usageErr("name the machines to approve, or give --all")
 			}
+			if wait < 0 {
+				return usageErr("--wait %s: give a duration of 0 or more, such as 1m", wait)
+			}
+			w := waiting{limit: wait, edits: cmd.Flags().Changed("wait"), deadline: time.Now().Add(wait)}
 			lc, who, err := k.liken(by)
 			if err != nil {
 				return err
@@ -70,7 +93,7 @@ latest spec is refused, so an approval is never given for a set you have not see
 			var done []approval
 			var failed []string
 			for _, name := range args {
-				a, err := approve(cmd, lc, name, who)
+				a, err := approve(cmd, lc, name, who, w)
 				if err != nil {
 					failed = append(failed, err.Error())
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
@@ -93,12 +116,22 @@ latest spec is refused, so an approval is never given for a set you have not see
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "approve every Machine that waits for an approval it has not been given")
 	cmd.Flags().StringVar(&by, "approved-by", "", "who approves (default: the kubeconfig's user, else $USER)")
+	cmd.Flags().DurationVar(&wait, "wait", defaultWait, "how long to wait for an agent to see a reboot request; given, any edit it has not seen is waited for too (0: never wait)")
 	o.add(cmd)
 	k.add(cmd)
 	return cmd
 }
 
-func approve(cmd *cobra.Command, lc *kube.Client, name, who string) (approval, error) {
+// waiting is what approve-reboot waits for: up to limit, ending at deadline for every
+// machine together; edits: any edit the agent has not seen (--wait given), not only a
+// reboot request.
+type waiting struct {
+	limit    time.Duration
+	edits    bool
+	deadline time.Time
+}
+
+func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting) (approval, error) {
 	m, err := lc.Machine(cmd.Context(), name)
 	if apierrors.IsNotFound(err) {
 		return approval{}, fmt.Errorf("no Machine %q", name)
@@ -106,8 +139,21 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string) (approval, e
 	if err != nil {
 		return approval{}, fmt.Errorf("reading Machine %s: %w", name, err)
 	}
-	if m.Status.ObservedGeneration != m.Generation {
-		return approval{}, errors.New("its status does not describe its latest spec yet (the agent has not seen the last edit); look at it again in a moment")
+	if m.Status.ObservedGeneration < m.Generation {
+		// The pending set in status is the one before the last edit: approving it would
+		// approve a set that is no longer the machine's.
+		what := "the last edit of its spec"
+		if at := unseenRequest(m); at != nil {
+			what = "its reboot request of " + at.UTC().Format(time.RFC3339)
+		} else if !w.edits {
+			return approval{}, errors.New("its status does not describe its latest spec yet (the agent has not seen the last edit): look at it again in a moment, or give --wait 1m to wait for it")
+		}
+		if w.limit == 0 {
+			return approval{}, fmt.Errorf("its agent has not seen %s yet, and --wait 0 does not wait for it", what)
+		}
+		if m, err = waitForAgent(cmd, lc, m, what, w); err != nil {
+			return approval{}, err
+		}
 	}
 	if m.Status.PendingHash == "" {
 		return approval{}, errors.New("nothing is pending: there is no reboot to approve")
@@ -133,6 +179,68 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string) (approval, e
 		return approval{}, fmt.Errorf("writing the approval: %w", err)
 	}
 	return a, nil
+}
+
+// unseenRequest is the time of the Machine's reboot request when its status shows neither
+// that request pending nor carried out: the agent has not seen it yet.
+func unseenRequest(m *v1alpha1.Machine) *metav1.Time {
+	if m.Spec.Reboot == nil || m.Spec.Reboot.Request == nil {
+		return nil
+	}
+	at := m.Spec.Reboot.Request.RequestedAt
+	if h := m.Status.Reboot.LastRequestHandled; h != nil && h.Equal(&at) {
+		return nil
+	}
+	for _, p := range m.Status.Pending {
+		if p.Field == requestField && p.Since.Equal(&at) {
+			return nil
+		}
+	}
+	return &at
+}
+
+// waitForAgent waits until the Machine's status describes its latest spec (the agent
+// writes observedGeneration with the pending set it computed for that generation), and
+// returns the Machine then. It polls with gets, which approving needs anyway, rather than
+// watching, which an operator's role may not allow.
+func waitForAgent(cmd *cobra.Command, lc *kube.Client, m *v1alpha1.Machine, what string, w waiting) (*v1alpha1.Machine, error) {
+	name := m.Name
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s: waiting up to %s for the agent on %s to see %s (its status describes generation %d of %d)\n",
+		name, time.Until(w.deadline).Round(time.Second), name, what, m.Status.ObservedGeneration, m.Generation)
+	ctx, cancel := context.WithDeadline(cmd.Context(), w.deadline)
+	defer cancel()
+	var lastErr error
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if cmd.Context().Err() != nil {
+				return nil, fmt.Errorf("waiting for the agent on %s to see %s: %w", name, what, cmd.Context().Err())
+			}
+			msg := fmt.Sprintf("the agent on %s did not see %s within %s: its status still describes generation %d of %d, so nothing was approved; is the machine up (liken status %s)?",
+				name, what, w.limit, m.Status.ObservedGeneration, m.Generation, name)
+			if lastErr != nil {
+				msg += fmt.Sprintf(" (the last read of the Machine failed: %v)", lastErr)
+			}
+			return nil, errors.New(msg)
+		case <-tick.C:
+		}
+		got, err := lc.Machine(ctx, name)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("the Machine %s was deleted while waiting for its agent", name)
+		case err != nil:
+			if ctx.Err() == nil {
+				lastErr = err
+			}
+			continue
+		}
+		lastErr, m = nil, got
+		if m.Status.ObservedGeneration >= m.Generation {
+			return m, nil
+		}
+	}
 }
 
 func newRequestReboot() *cobra.Command {

@@ -122,15 +122,8 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", o.Layer, err)
 	}
-	if o.Machine != "" {
-		if layerData, idx, err = layer.Narrow(layerData, o.Machine); err != nil {
-			return res, err
-		}
-	} else if len(idx.Machines) > 1 {
-		// A disk left to find its Machine by hardware would carry every one's private key:
-		// one stolen disk would let its holder act as any of them.
-		return res, fmt.Errorf("the %s layer holds the credentials of %d machines (%s): a disk not bound to one of them would carry all their private keys; give --machine NAME",
-			idx.Role, len(idx.Machines), strings.Join(idx.Machines, ", "))
+	if layerData, idx, err = bind(layerData, idx, o.Machine, ""); err != nil {
+		return res, err
 	}
 	specArgs, wantedVersion, err := bootArgs(layerData, o.Machine)
 	if err != nil {
@@ -218,6 +211,26 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	}
 	step("done: %s boots release %s from slot A", o.Disk, version)
 	return Result{Disk: o.Disk, Version: version, Digest: o.Pin, Machine: o.Machine, Role: string(idx.Role), LayerDigest: res.LayerDigest}, nil
+}
+
+// bind is the layer written to one disk: narrowed to machine's credential when machine is
+// set, else the layer as it is if it holds at most one machine's. A disk left to find its
+// Machine by hardware would otherwise carry every one's private key: one stolen disk would
+// let its holder act as any of them. hint, when set, is the machine the disk is known to
+// belong to, named in the refusal.
+func bind(data []byte, idx *layer.Index, machine, hint string) ([]byte, *layer.Index, error) {
+	if machine != "" {
+		return layer.Narrow(data, machine)
+	}
+	if len(idx.Machines) > 1 {
+		give := "give --machine NAME"
+		if hint != "" {
+			give = "give --machine " + hint
+		}
+		return nil, nil, fmt.Errorf("the %s layer holds the credentials of %d machines (%s): a disk not bound to one of them would carry all their private keys; %s",
+			idx.Role, len(idx.Machines), strings.Join(idx.Machines, ", "), give)
+	}
+	return data, idx, nil
 }
 
 // bootArgs are the kernel arguments of the first boot: the layer's Cluster's, and its
@@ -444,51 +457,90 @@ func writeLayer(diskPath string, ext disk.Extent, data []byte, built string) err
 // boot loader and state alone: the machine reads it at its next boot. A server that boots with
 // a layer holding more Machines makes the missing ones (internal/bootstrap). The layer is
 // checked as Install checks it, and against the layer the disk holds now: same role and same
-// cluster CA. It returns the new layer's digest.
-func ReplaceLayer(o Options) (string, error) {
+// cluster CA. It is bound as Install binds it: to o.Machine, else to the machine the disk was
+// installed for, else it must hold one machine's credentials only. The result has no
+// release: the disk's slots are not looked at.
+func ReplaceLayer(o Options) (Result, error) {
 	lf, size, err := layer.Open(o.Layer, layer.DefaultLimits)
 	if err != nil {
-		return "", err
+		return Result{}, err
 	}
 	data := make([]byte, size)
 	_, err = io.ReadFull(lf, data)
 	lf.Close()
 	if err != nil {
-		return "", fmt.Errorf("reading the layer: %w", err)
+		return Result{}, fmt.Errorf("reading the layer: %w", err)
 	}
 	sum := sha256.Sum256(data)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
 	if o.LayerDigest != "" && o.LayerDigest != digest {
-		return "", fmt.Errorf("the layer %s is %s, not the %s given: it is not the layer that was built", o.Layer, digest, o.LayerDigest)
+		return Result{}, fmt.Errorf("the layer %s is %s, not the %s given: it is not the layer that was built", o.Layer, digest, o.LayerDigest)
 	}
 	idx, _, err := layer.Read(bytes.NewReader(data), layer.DefaultLimits)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", o.Layer, err)
-	}
-	if o.Machine != "" {
-		if data, idx, err = layer.Narrow(data, o.Machine); err != nil {
-			return "", err
-		}
+		return Result{}, fmt.Errorf("%s: %w", o.Layer, err)
 	}
 	parts, err := disk.Read(o.Disk)
 	if err != nil {
-		return "", fmt.Errorf("%s is not an installed liken disk: %w", o.Disk, err)
+		return Result{}, fmt.Errorf("%s is not an installed liken disk: %w", o.Disk, err)
 	}
 	ext, ok := parts[disk.Layer]
 	if !ok {
-		return "", fmt.Errorf("%s has no layer partition: it is not an installed liken disk", o.Disk)
-	}
-	if int64(disk.LayerHeaderSize+len(data)+disk.LayerTrailerSize) > ext.Size {
-		return "", fmt.Errorf("the layer (%d bytes) does not fit the disk's %d MiB layer partition", len(data), ext.Size>>20)
+		return Result{}, fmt.Errorf("%s has no layer partition: it is not an installed liken disk", o.Disk)
 	}
 	old, err := readInstalledLayer(o.Disk, ext)
 	if err != nil {
-		return "", fmt.Errorf("reading the layer %s holds now: %w", o.Disk, err)
+		return Result{}, fmt.Errorf("reading the layer %s holds now: %w", o.Disk, err)
 	}
 	if old.Role != idx.Role || old.CAHash != idx.CAHash {
-		return "", fmt.Errorf("%s holds a %s layer of cluster CA %.12s; this is a %s layer of cluster CA %.12s: not a newer layer for this machine", o.Disk, old.Role, old.CAHash, idx.Role, idx.CAHash)
+		return Result{}, fmt.Errorf("%s holds a %s layer of cluster CA %.12s; this is a %s layer of cluster CA %.12s: not a newer layer for this machine", o.Disk, old.Role, old.CAHash, idx.Role, idx.CAHash)
 	}
-	return digest, writeLayer(o.Disk, ext, data, digest)
+	// A disk installed for one machine stays that machine's: its state partition holds that
+	// machine's agent state and k3s data, so the newer layer is narrowed to the same machine,
+	// and another machine's credential is refused.
+	machine := o.Machine
+	switch {
+	case old.Machine != "" && machine == "":
+		machine = old.Machine
+	case old.Machine != "" && machine != old.Machine:
+		return Result{}, fmt.Errorf("%s was installed for machine %s and holds its state: --machine %s would give it another machine's credential; install it afresh (--wipe) for %s",
+			o.Disk, old.Machine, machine, machine)
+	}
+	hint := ""
+	if len(old.Machines) == 1 {
+		hint = old.Machines[0]
+	}
+	if data, idx, err = bind(data, idx, machine, hint); err != nil {
+		if machine != "" && machine != o.Machine {
+			return Result{}, fmt.Errorf("%s was installed for machine %s: %w", o.Disk, machine, err)
+		}
+		return Result{}, err
+	}
+	if int64(disk.LayerHeaderSize+len(data)+disk.LayerTrailerSize) > ext.Size {
+		return Result{}, fmt.Errorf("the layer (%d bytes) does not fit the disk's %d MiB layer partition", len(data), ext.Size>>20)
+	}
+	if err := writeLayer(o.Disk, ext, data, digest); err != nil {
+		return Result{}, fmt.Errorf("writing the layer into %s: %w", o.Disk, err)
+	}
+	return Result{Disk: o.Disk, Machine: idx.Machine, Role: string(idx.Role), LayerDigest: digest}, nil
+}
+
+// InstalledLayer reads the index of the layer an installed disk holds: its role, its
+// cluster, the machines whose credentials it carries and the one it is bound to.
+func InstalledLayer(diskPath string) (*layer.Index, error) {
+	parts, err := disk.Read(diskPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not an installed liken disk: %w", diskPath, err)
+	}
+	ext, ok := parts[disk.Layer]
+	if !ok {
+		return nil, fmt.Errorf("%s has no layer partition: it is not an installed liken disk", diskPath)
+	}
+	idx, err := readInstalledLayer(diskPath, ext)
+	if err != nil {
+		return nil, fmt.Errorf("reading the layer %s holds: %w", diskPath, err)
+	}
+	return idx, nil
 }
 
 // readInstalledLayer reads the index of the layer a disk's layer partition holds.
