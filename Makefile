@@ -4,7 +4,7 @@ GO ?= go
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 export LIKEN_TEST_REPORT := $(CURDIR)/.test-report
 
-.PHONY: help deps build generate tools test bench clean-report examples lab lab-down
+.PHONY: help deps build generate tools test test-quick bench clean-report examples lab lab-down
 
 bench: ## Run the benchmarks (figures, never pass/fail on time).
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'LiveChange' -benchtime 100x ./internal/agent/ 2>&1 | grep -E '^(ok|FAIL|---)|p50-ms'
@@ -43,8 +43,13 @@ examples: deps build ## Validate the example manifests with the API's own rules 
 	bin/liken validate docs/examples
 	bin/liken layer --cluster docs/examples/cluster.yaml --machines docs/examples --out out/example-layer
 
-test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures.
-	@start=$$(date +%s); \
-	$(GO) vet ./... && $(GO) test -count=1 -timeout 75m ./... && $(MAKE) --no-print-directory bench; rc=$$?; \
+test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures and the time ledger.
+	@set -o pipefail; start=$$(date +%s); \
+	$(GO) vet ./... && $(GO) build -o bin/ledger ./hack/ledger && \
+	$(GO) test -count=1 -timeout 75m -json ./... | bin/ledger && $(MAKE) --no-print-directory bench; rc=$$?; \
 	echo; echo "== figures =="; cat $(LIKEN_TEST_REPORT) 2>/dev/null; \
 	echo "go test total: $$(( $$(date +%s) - start ))s"; exit $$rc
+
+test-quick: clean-report deps tools ## Run the unit and API tiers only (no VM), for iteration; make test runs everything.
+	@set -o pipefail; $(GO) build -o bin/ledger ./hack/ledger && \
+	$(GO) test -count=1 -timeout 30m -json $$($(GO) list ./... | grep -v '/test/vm$$') | bin/ledger

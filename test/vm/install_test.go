@@ -210,6 +210,8 @@ func bootWith(t *testing.T, opts Options) *VM {
 		default:
 			v.Kill()
 		}
+		// For make test's time ledger (hack/ledger): each kernel start prints its banner.
+		t.Logf("liken-ledger: boots %d", strings.Count(v.Console(), "Linux version "))
 	})
 	return v
 }

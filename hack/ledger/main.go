@@ -1,0 +1,184 @@
+// Command ledger reads `go test -json` on standard input, prints the tests' output as go
+// test would without -v (the packages' summaries, and a failed test's lines), and ends with the time ledger: each package's wall time, each VM test's, with
+// the boots it made, sorted, and the total. The ten longest entries also go to the figures
+// file LIKEN_TEST_REPORT names, so CI prints them. It exits 1 when a test or a package
+// failed, so `make test` fails as go test does.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+// vmPackage is the VM tier, whose tests are listed one by one.
+const vmPackage = "liken.dev/liken/test/vm"
+
+// bootsLine is what the VM tier logs for each machine it stopped (test/vm bootWith).
+var bootsLine = regexp.MustCompile(`liken-ledger: boots (\d+)`)
+
+type entry struct {
+	name    string
+	seconds float64
+	boots   int
+	failed  bool
+}
+
+type ledger struct {
+	packages map[string]*entry
+	tests    map[string]*entry
+	failed   bool
+	// output holds each running test's lines, printed only if it fails, as go test
+	// prints them without -v.
+	output map[string]*strings.Builder
+}
+
+func (l *ledger) add(e event, out io.Writer) {
+	if e.Test == "" {
+		io.WriteString(out, e.Output) // the package's summary, a panic, a build failure
+	} else {
+		key := e.Package + " " + e.Test
+		if l.output[key] == nil {
+			l.output[key] = &strings.Builder{}
+		}
+		l.output[key].WriteString(e.Output)
+		switch e.Action {
+		case "fail":
+			io.WriteString(out, l.output[key].String())
+			delete(l.output, key)
+		case "pass", "skip":
+			delete(l.output, key)
+		}
+	}
+	switch {
+	case e.Test == "" && (e.Action == "pass" || e.Action == "fail"):
+		l.packages[e.Package] = &entry{name: e.Package, seconds: e.Elapsed, failed: e.Action == "fail"}
+		l.failed = l.failed || e.Action == "fail"
+	case e.Test != "" && e.Package == vmPackage && !strings.Contains(e.Test, "/"):
+		t := l.tests[e.Test]
+		if t == nil {
+			t = &entry{name: "test/vm " + e.Test}
+			l.tests[e.Test] = t
+		}
+		if m := bootsLine.FindStringSubmatch(e.Output); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			t.boots += n
+		}
+		if e.Action == "pass" || e.Action == "fail" {
+			t.seconds, t.failed = e.Elapsed, e.Action == "fail"
+		}
+	case e.Test != "" && e.Action == "fail":
+		l.failed = true
+	}
+}
+
+// table is the ledger as text: packages, then VM tests, each sorted longest first.
+func (l *ledger) table(total time.Duration) (string, []*entry) {
+	var b strings.Builder
+	sorted := func(m map[string]*entry) []*entry {
+		var out []*entry
+		for _, e := range m {
+			out = append(out, e)
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if out[i].seconds != out[j].seconds {
+				return out[i].seconds > out[j].seconds
+			}
+			return out[i].name < out[j].name
+		})
+		return out
+	}
+	pkgs, tests := sorted(l.packages), sorted(l.tests)
+	fmt.Fprintln(&b, "== time ledger ==")
+	fmt.Fprintf(&b, "%-60s %8s\n", "package (wall time, packages run in parallel)", "seconds")
+	sum := 0.0
+	for _, e := range pkgs {
+		sum += e.seconds
+		fmt.Fprintf(&b, "%-60s %8.1f%s\n", strings.TrimPrefix(e.name, "liken.dev/liken/"), e.seconds, failedMark(e))
+	}
+	fmt.Fprintf(&b, "%-60s %8.1f\n", "sum of packages", sum)
+	if len(tests) > 0 {
+		fmt.Fprintf(&b, "%-60s %8s %6s\n", "VM test", "seconds", "boots")
+		for _, e := range tests {
+			fmt.Fprintf(&b, "%-60s %8.1f %6d%s\n", e.name, e.seconds, e.boots, failedMark(e))
+		}
+	}
+	if total > 0 {
+		fmt.Fprintf(&b, "%-60s %8.0f\n", "go test wall time", total.Seconds())
+	}
+	all := append(append([]*entry(nil), pkgs...), tests...)
+	sort.SliceStable(all, func(i, j int) bool { return all[i].seconds > all[j].seconds })
+	return b.String(), all[:min(10, len(all))]
+}
+
+func failedMark(e *entry) string {
+	if e.failed {
+		return "  FAIL"
+	}
+	return ""
+}
+
+func run(in io.Reader, out io.Writer, total func() time.Duration) (failed bool, err error) {
+	l := &ledger{packages: map[string]*entry{}, tests: map[string]*entry{}, output: map[string]*strings.Builder{}}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			// Not JSON: go test's own messages (a build failure), passed through.
+			fmt.Fprintln(out, sc.Text())
+			continue
+		}
+		l.add(e, out)
+	}
+	if err := sc.Err(); err != nil {
+		return true, fmt.Errorf("reading go test's output: %w", err)
+	}
+	text, top := l.table(total())
+	fmt.Fprint(out, "\n"+text)
+	if path := os.Getenv("LIKEN_TEST_REPORT"); path != "" {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return true, fmt.Errorf("writing the figures: %w", err)
+		}
+		defer f.Close()
+		var names []string
+		for _, e := range top {
+			s := fmt.Sprintf("%s %.0fs", strings.TrimPrefix(e.name, "liken.dev/liken/"), e.seconds)
+			if e.boots > 0 {
+				s += fmt.Sprintf(" (%d boots)", e.boots)
+			}
+			names = append(names, s)
+		}
+		fmt.Fprintf(f, "time ledger, the ten longest: %s\n", strings.Join(names, "; "))
+	}
+	return l.failed, nil
+}
+
+func main() {
+	start := time.Now()
+	failed, err := run(os.Stdin, os.Stdout, func() time.Duration { return time.Since(start) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ledger:", err)
+		os.Exit(2)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLedger feeds real `go test -json` lines (as cmd/test2json writes them) and checks the
+// table: packages and VM tests sorted longest first, boots summed per test, failures
+// marked and reported, the ten longest written to the figures file.
+func TestLedger(t *testing.T) {
+	in := `{"Action":"start","Package":"liken.dev/liken/internal/agent"}
+{"Action":"output","Package":"liken.dev/liken/internal/agent","Output":"ok  \tliken.dev/liken/internal/agent\t199.9s\n"}
+{"Action":"pass","Package":"liken.dev/liken/internal/agent","Elapsed":199.9}
+{"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestA"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 3\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 2\n"}
+{"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestA","Elapsed":300.5}
+{"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB"}
+{"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB/sub"}
+{"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestB/sub","Elapsed":1}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    vm_test.go:9: the machine never came back\n"}
+{"Action":"fail","Package":"liken.dev/liken/test/vm","Test":"TestB","Elapsed":900}
+{"Action":"fail","Package":"liken.dev/liken/test/vm","Elapsed":1200.7}
+# liken.dev/liken/internal/broken
+`
+	report := filepath.Join(t.TempDir(), "figures")
+	t.Setenv("LIKEN_TEST_REPORT", report)
+	var out strings.Builder
+	failed, err := run(strings.NewReader(in), &out, func() time.Duration { return 1300 * time.Second })
+	if err != nil || !failed {
+		t.Fatalf("failed %v, err %v; want a failure reported", failed, err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"ok  \tliken.dev/liken/internal/agent\t199.9s\n", // the output passed through
+		"# liken.dev/liken/internal/broken\n",            // and go test's own lines
+		"vm_test.go:9: the machine never came back",      // and a failed test's
+		"test/vm  ", "internal/agent  ",
+		"sum of packages", "1400.6",
+		"test/vm TestB", "900.0      0  FAIL",
+		"test/vm TestA", "300.5      5",
+		"go test wall time", "1300",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "test/vm TestB") > strings.Index(got, "test/vm TestA") {
+		t.Errorf("VM tests not sorted longest first:\n%s", got)
+	}
+	if strings.Contains(got, "vm_test.go:1:") {
+		t.Errorf("a passing test's lines are printed:\n%s", got)
+	}
+	if strings.Contains(got, "TestB/sub") {
+		t.Errorf("a subtest is listed:\n%s", got)
+	}
+	b, _ := os.ReadFile(report)
+	if want := "time ledger, the ten longest: test/vm 1201s; test/vm TestB 900s; test/vm TestA 300s (5 boots); internal/agent 200s\n"; string(b) != want {
+		t.Errorf("figures:\n%q\nwant\n%q", b, want)
+	}
+}
+
+// TestLedgerPasses: a run with no failure exits 0.
+func TestLedgerPasses(t *testing.T) {
+	t.Setenv("LIKEN_TEST_REPORT", "")
+	in := `{"Action":"pass","Package":"liken.dev/liken/internal/state","Elapsed":0.1}` + "\n"
+	var out strings.Builder
+	if failed, err := run(strings.NewReader(in), &out, func() time.Duration { return 0 }); failed || err != nil {
+		t.Errorf("failed %v, err %v", failed, err)
+	}
+}
