@@ -127,7 +127,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 }
 
 // create makes o unless it exists, trying again while the API server or the CRDs are not
-// there yet; it returns the object made (nil when it existed).
+// there yet, or its record cannot be read; it returns the object made (nil when it existed).
 //
 // Each object made (or found) is recorded in a ConfigMap of its own in liken-system, made
 // once and never changed: an object an operator deleted after it was bootstrapped is not
@@ -144,8 +144,19 @@ func create(ctx context.Context, cfg Config, lc *kube.Client, kc kubernetes.Inte
 		if err == nil {
 			return what, nil, nil // bootstrapped before: left as it is, or as deleted
 		}
-		if apierrors.IsNotFound(err) {
-			err = nil
+		if !apierrors.IsNotFound(err) {
+			// Only a record known to be absent lets the object be made: after a Forbidden, a
+			// 503 or a timeout the object may have been bootstrapped before and deleted by an
+			// operator since, and making it again would undo that deletion.
+			cfg.Log.Info("bootstrap: cannot read this object's bootstrap record yet (the API server starting, the bootstrap RBAC not applied yet, or the API failing); it is not created until the record is known to be absent; trying again",
+				"object", what, "record", v1alpha1.SecretNamespace+"/"+record, "in", wait, "err", err)
+			select {
+			case <-ctx.Done():
+				return what, nil, fmt.Errorf("reading the bootstrap record %s/%s of %s: %w (last: %v)", v1alpha1.SecretNamespace, record, what, ctx.Err(), err)
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 15*time.Second)
+			continue
 		}
 		switch o := o.(type) {
 		case *v1alpha1.Cluster:

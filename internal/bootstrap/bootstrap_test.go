@@ -1,11 +1,16 @@
 package bootstrap
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,5 +200,130 @@ func TestBootstrap(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("the bootstrap credential may %s: %v", what, err)
 		}
+	}
+}
+
+const agent5 = `apiVersion: liken.dev/v1alpha1
+kind: Machine
+metadata:
+  name: agent-5
+spec:
+  role: agent
+  match:
+    serial: "CZ2026AB55"
+`
+
+// recordReads fails every read of a bootstrap record with code while failing is set, as an
+// API server that is overloaded (503) or whose authorizer refuses (403) answers.
+type recordReads struct {
+	code    int
+	failing atomic.Bool
+	refused atomic.Int32
+}
+
+// wrap is for rest.Config.Wrap.
+func (r *recordReads) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		if !r.failing.Load() || req.Method != http.MethodGet ||
+			!strings.Contains(req.URL.Path, "/namespaces/"+v1alpha1.SecretNamespace+"/configmaps/bootstrapped-") {
+			return next.RoundTrip(req)
+		}
+		return r.refuse(req), nil
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func (r *recordReads) refuse(req *http.Request) *http.Response {
+	r.refused.Add(1)
+	st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: int32(r.code),
+		Reason: metav1.StatusReasonServiceUnavailable, Message: "the test's API server cannot answer"}
+	if r.code == http.StatusForbidden {
+		st.Reason = metav1.StatusReasonForbidden
+	}
+	b, _ := json.Marshal(st)
+	return &http.Response{StatusCode: r.code, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(bytes.NewReader(b)), Request: req}
+}
+
+// TestBootstrapRecordUnreadable: a Machine bootstrapped once and deleted by an operator is
+// not made again by a bootstrap that cannot read its record (503, Forbidden): the bootstrap
+// waits, and once the records can be read it finds this one and leaves the Machine deleted.
+func TestBootstrapRecordUnreadable(t *testing.T) {
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := authority.InstallBootstrap(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	dir := serverLayer(t, map[string]string{"agent-5.yaml": agent5})
+	cfg, err := env.UserConfig(authority.BootstrapUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(ctx, Config{REST: cfg, LayerDir: dir, Server: "server-1", Retry: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Machine(ctx, "agent-5"); err != nil {
+		t.Fatalf("the first bootstrap did not make agent-5: %v", err)
+	}
+	if err := lc.DeleteMachine(ctx, "agent-5"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, code := range []int{http.StatusServiceUnavailable, http.StatusForbidden} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			ctx := t.Context()
+			if err := lc.DeleteMachine(ctx, "agent-5"); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err) // left by a subtest before that failed
+			}
+			reads := &recordReads{code: code}
+			reads.failing.Store(true)
+			wrapped, err := env.UserConfig(authority.BootstrapUser)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrapped.Wrap(reads.wrap)
+			type result struct {
+				res Result
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				res, err := Run(ctx, Config{REST: wrapped, LayerDir: dir, Server: "server-2", Retry: 100 * time.Millisecond})
+				done <- result{res, err}
+			}()
+			// The reads fail for a while: the bootstrap tries again and makes nothing.
+			deadline := time.Now().Add(1500 * time.Millisecond)
+			for time.Now().Before(deadline) || reads.refused.Load() < 4 {
+				select {
+				case r := <-done:
+					t.Fatalf("the bootstrap finished while no record could be read (created %v, %v)", r.res.Created, r.err)
+				case <-time.After(50 * time.Millisecond):
+				}
+				if _, err := lc.Machine(ctx, "agent-5"); !apierrors.IsNotFound(err) {
+					t.Fatalf("agent-5, deleted by an operator, was made again while its record could not be read (%d reads refused): %v", reads.refused.Load(), err)
+				}
+			}
+			// The API server answers again: the records are found and nothing is made.
+			reads.failing.Store(false)
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the bootstrap did not finish once the records could be read")
+			}
+			if r.err != nil || len(r.res.Created) != 0 {
+				t.Errorf("the bootstrap created %v (%v); want nothing", r.res.Created, r.err)
+			}
+			if _, err := lc.Machine(ctx, "agent-5"); !apierrors.IsNotFound(err) {
+				t.Errorf("agent-5, deleted by an operator, was made again: %v", err)
+			}
+		})
 	}
 }
