@@ -44,8 +44,8 @@ func (a *Agent) peersToWaitFor(ctx context.Context, m *v1alpha1.Machine, v *upgr
 // renewal is a write this server's API server took (or, with several servers, its
 // datastore), so it proves the peer reaches this machine on the network it boots with; the
 // Lease's resourceVersion is compared, not its time, so no clock is trusted. A server that
-// may not read Leases (RBAC from a layer built before this check) cannot tell, and waits for
-// nothing, as before.
+// may not read Leases (RBAC from a layer built before this check: Forbidden) cannot tell,
+// and waits for nothing, as before; any other error keeps it waiting.
 func (a *Agent) peersReach(ctx context.Context, peers []string) string {
 	if a.peerLeases == nil {
 		a.peerLeases = map[string]string{}
@@ -55,9 +55,14 @@ func (a *Agent) peersReach(ctx context.Context, peers []string) string {
 		if apierrors.IsNotFound(err) {
 			continue
 		}
-		if err != nil {
-			a.log.Warn("cannot read the peers' Node Leases; the network trial commits on this server's own health", "err", err)
+		if apierrors.IsForbidden(err) {
+			a.log.Warn("may not read the peers' Node Leases; the network trial commits on this server's own health", "err", err)
 			return ""
+		}
+		if err != nil {
+			// Not evidence either way (the API server busy, a timeout): an error read on
+			// the new network is no reason to commit it.
+			return fmt.Sprintf("reading %s's Node Lease: %v", p, err)
 		}
 		seen, ok := a.peerLeases[p]
 		if ok && seen != l.ResourceVersion {
