@@ -13,13 +13,21 @@ package authority
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"liken.dev/liken/api/v1alpha1"
 )
@@ -111,7 +119,8 @@ func CoordinatorRBAC() (*rbacv1.ClusterRole, *rbacv1.Role) {
 			// it grant only what it holds itself, so it reads every Secret here: a server
 			// holds the cluster's CAs and datastore already, so this gives it nothing new.
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
-			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, ResourceNames: []string{SecretsRole}, Verbs: []string{"get", "update"}},
+			// It keeps the Role from a watch (SecretsRoleKeeper): list and watch by name.
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, ResourceNames: []string{SecretsRole}, Verbs: []string{"get", "list", "watch", "update"}},
 		},
 	}
 	return role, lease
@@ -149,23 +158,135 @@ func RegistrySecretRules(names []string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: append([]string(nil), names...), Verbs: []string{"get"}}}
 }
 
-// SyncRegistrySecrets makes SecretsRole allow exactly the Secrets named. It reports whether
-// it changed the Role.
+// SyncRegistrySecrets makes SecretsRole allow exactly the Secrets named, from a read of the
+// Role: for a one-off change. The coordinator, which asks on every change it sees in the
+// fleet, keeps the Role with a SecretsRoleKeeper instead. It reports whether it changed the
+// Role.
 func SyncRegistrySecrets(ctx context.Context, kube kubernetes.Interface, names []string) (bool, error) {
-	roles := kube.RbacV1().Roles(v1alpha1.SecretNamespace)
-	r, err := roles.Get(ctx, SecretsRole, metav1.GetOptions{})
+	r, err := kube.RbacV1().Roles(v1alpha1.SecretNamespace).Get(ctx, SecretsRole, metav1.GetOptions{})
 	if err != nil {
 		return false, fmt.Errorf("reading Role %s: %w", SecretsRole, err)
 	}
+	return updateSecretsRole(ctx, kube, r, names)
+}
+
+// updateSecretsRole writes r with the rules for names, unless it has them already.
+func updateSecretsRole(ctx context.Context, kube kubernetes.Interface, r *rbacv1.Role, names []string) (bool, error) {
 	want := RegistrySecretRules(names)
 	if equality.Semantic.DeepEqual(r.Rules, want) {
 		return false, nil
 	}
+	r = r.DeepCopy() // r may be a cache's
 	r.Rules = want
-	if _, err := roles.Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+	if _, err := kube.RbacV1().Roles(v1alpha1.SecretNamespace).Update(ctx, r, metav1.UpdateOptions{}); err != nil {
 		return false, fmt.Errorf("updating Role %s: %w", SecretsRole, err)
 	}
 	return true, nil
+}
+
+// SecretsRoleKeeper keeps SecretsRole allowing exactly the Secrets named, reading the Role
+// from a watch: asked while the Role is as wanted, it sends no request, so it may be asked
+// on every change in the fleet (a loop that read the Role each time made a thousand-machine
+// coordinator read it twenty times a second). A server whose RBAC comes from a layer built
+// before the keeper may get and update the Role but not watch it: then the keeper reads it
+// once, and again only when the names change.
+type SecretsRoleKeeper struct {
+	kube     kubernetes.Interface
+	log      *slog.Logger
+	onChange func()
+
+	store  cache.Store
+	synced cache.InformerSynced
+	// refused: the API server refused to list the Role (RBAC from an older layer).
+	refused atomic.Bool
+
+	mu sync.Mutex
+	// read are the names the Role was last read with or made to allow, when the watch is
+	// not to be trusted; readOK says there was such a read.
+	read   []string
+	readOK bool
+}
+
+// NewSecretsRoleKeeper makes a keeper; Run starts its watch. onChange (nil: none) is called
+// on every change the watch sees, so the caller asks again and an edit of the Role by
+// anyone else is undone.
+func NewSecretsRoleKeeper(kube kubernetes.Interface, log *slog.Logger, onChange func()) *SecretsRoleKeeper {
+	if log == nil {
+		log = slog.Default()
+	}
+	if onChange == nil {
+		onChange = func() {}
+	}
+	return &SecretsRoleKeeper{kube: kube, log: log, onChange: onChange}
+}
+
+// Run watches the Role until ctx ends, or until the API server refuses to let it: then
+// Sync reads the Role when the names change.
+func (k *SecretsRoleKeeper) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rc := k.kube.RbacV1().RESTClient()
+	sel := fields.OneTermEqualSelector("metadata.name", SecretsRole).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = sel
+			out := &rbacv1.RoleList{}
+			err := rc.Get().Namespace(v1alpha1.SecretNamespace).Resource("roles").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+			if apierrors.IsForbidden(err) {
+				// The reflector would try again every half minute, forever: RBAC from an
+				// older layer does not change while this server runs.
+				k.refused.Store(true)
+				k.log.Info("this server may not watch Role "+SecretsRole+" (RBAC from an older layer): it is read when the Cluster's registry Secrets change", "err", err)
+				cancel()
+			}
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = sel
+			opts.Watch = true
+			return rc.Get().Namespace(v1alpha1.SecretNamespace).Resource("roles").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+		},
+	}
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &rbacv1.Role{},
+		Handler: cache.ResourceEventHandlerFuncs{AddFunc: func(any) { k.onChange() }, UpdateFunc: func(any, any) { k.onChange() }, DeleteFunc: func(any) { k.onChange() }}})
+	k.mu.Lock()
+	k.store, k.synced = store, ctrl.HasSynced
+	k.mu.Unlock()
+	ctrl.RunWithContext(ctx)
+}
+
+// Sync makes the Role allow exactly the Secrets named, and reports whether it changed it.
+// From the watch, it writes only when the Role's rules differ; before the watch has listed
+// the Role, or where it may not, it reads the Role when the names differ from those of its
+// last read.
+func (k *SecretsRoleKeeper) Sync(ctx context.Context, names []string) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.synced != nil && k.synced() && !k.refused.Load() {
+		o, ok, err := k.store.GetByKey(v1alpha1.SecretNamespace + "/" + SecretsRole)
+		if err != nil {
+			return false, fmt.Errorf("reading Role %s from the watch: %w", SecretsRole, err)
+		}
+		if !ok {
+			return false, fmt.Errorf("keeping Role %s/%s: it does not exist (the server layer's RBAC makes it)", v1alpha1.SecretNamespace, SecretsRole)
+		}
+		changed, err := updateSecretsRole(ctx, k.kube, o.(*rbacv1.Role), names)
+		if apierrors.IsConflict(err) {
+			// The watch is behind a write (this keeper's own, a moment ago): it brings the
+			// Role written, onChange has the caller ask again, and that Sync compares anew.
+			return false, nil
+		}
+		return changed, err
+	}
+	if k.readOK && slices.Equal(k.read, names) {
+		return false, nil
+	}
+	changed, err := SyncRegistrySecrets(ctx, k.kube, names)
+	if err != nil {
+		return false, err
+	}
+	k.read, k.readOK = slices.Clone(names), true
+	return changed, nil
 }
 
 // SharedRBAC returns what every machine may do: read the registry Secrets the Cluster names

@@ -2,19 +2,28 @@ package authority
 
 import (
 	"context"
+	"net/http"
 	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
@@ -238,6 +247,13 @@ func TestMachineCredentials(t *testing.T) {
 			_, err = m1.UpdateClusterStatus(ctx, c)
 			return err
 		}},
+		{"watch the machines' Secrets Role by name", func(ctx context.Context) error {
+			w, err := m1kube.RbacV1().Roles(v1alpha1.SecretNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + SecretsRole})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
 		{"take the coordinator's Lease", func(ctx context.Context) error {
 			holder := "m1"
 			_, err := m1kube.CoordinationV1().Leases(v1alpha1.SecretNamespace).Create(ctx, &coordinationv1.Lease{
@@ -344,6 +360,13 @@ func TestServerCoordinatorRights(t *testing.T) {
 			_, err := skube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=a9"})
 			return err
 		}},
+		{"watch the machines' Secrets Role by name", func(ctx context.Context) error {
+			w, err := skube.RbacV1().Roles(v1alpha1.SecretNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + SecretsRole})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
 		{"take the coordinator's Lease", func(ctx context.Context) error {
 			holder := "s9"
 			_, err := skube.CoordinationV1().Leases(v1alpha1.SecretNamespace).Create(ctx, &coordinationv1.Lease{
@@ -386,6 +409,10 @@ func TestServerCoordinatorRights(t *testing.T) {
 			_, err = s9.UpdateCluster(ctx, c)
 			return err
 		}},
+		{"list the Roles in liken-system", func(ctx context.Context) error {
+			_, err := skube.RbacV1().Roles(v1alpha1.SecretNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
 		{"read Secrets elsewhere", func(ctx context.Context) error {
 			_, err := skube.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 			return err
@@ -396,4 +423,233 @@ func TestServerCoordinatorRights(t *testing.T) {
 			t.Errorf("server s9 could %s: err = %v, want Forbidden", d.name, err)
 		}
 	}
+}
+
+// requestCounter counts the requests sent through a client config, watches apart, by
+// method and path.
+type requestCounter struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Query().Get("watch") != "true" {
+			c.mu.Lock()
+			c.sent = append(c.sent, r.Method+" "+r.URL.Path)
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (c *requestCounter) since(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sent[n:])
+}
+
+func (c *requestCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sent)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// secretsRoleNames are the Secrets SecretsRole allows, read as admin.
+func secretsRoleNames(t *testing.T, admin kubernetes.Interface) []string {
+	t.Helper()
+	r, err := admin.RbacV1().Roles(v1alpha1.SecretNamespace).Get(t.Context(), SecretsRole, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, rule := range r.Rules {
+		names = append(names, rule.ResourceNames...)
+	}
+	return names
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
+		t.Fatalf("%s never happened", what)
+	}
+}
+
+// TestSecretsRoleKeeper: with a server's credentials, the keeper makes SecretsRole allow
+// the Secrets named; asked again with the same names it sends no request at all (it
+// answers from its watch), and an edit of the Role by someone else is seen and undone.
+func TestSecretsRoleKeeper(t *testing.T) {
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	if err := Install(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallServers(ctx, admin, "keeper1"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.UserConfig(User("keeper1"), Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent requestCounter
+	cfg.Wrap(sent.wrap)
+	var changes atomic.Int32
+	k := NewSecretsRoleKeeper(kubernetes.NewForConfigOrDie(cfg), nil, func() { changes.Add(1) })
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); k.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	waitUntil(t, "the keeper's watch listing the Role", func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.synced != nil && k.synced()
+	})
+	sync := func(names ...string) bool {
+		t.Helper()
+		changed, err := k.Sync(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	// What the keeper's watch shows; a Sync before it shows the keeper's last write
+	// conflicts and changes nothing, and the watch's news has it asked again.
+	watched := func(names ...string) func() bool {
+		return func() bool {
+			o, ok, _ := k.store.GetByKey(v1alpha1.SecretNamespace + "/" + SecretsRole)
+			return ok && equality.Semantic.DeepEqual(o.(*rbacv1.Role).Rules, RegistrySecretRules(names))
+		}
+	}
+	sync() // whatever an earlier test left: no rule
+	waitUntil(t, "the watch showing the Role without rules", watched())
+	if changed := sync("registry-a", "registry-b"); !changed {
+		t.Error("naming two Secrets did not change the Role")
+	}
+	if got := secretsRoleNames(t, admin); !slices.Equal(got, []string{"registry-a", "registry-b"}) {
+		t.Fatalf("the Role allows %v; want registry-a, registry-b", got)
+	}
+	// Once the watch has brought the Role written, asking again sends nothing.
+	waitUntil(t, "the watch showing the Role written", watched("registry-a", "registry-b"))
+	before := sent.count()
+	for range 50 {
+		if sync("registry-a", "registry-b") {
+			t.Fatal("the Role changed when asked for what it allows")
+		}
+	}
+	if got := sent.since(before); len(got) > 0 {
+		t.Errorf("asked 50 times for what the Role allows, the keeper sent %v; want nothing", got)
+	}
+	// An operator's edit: the keeper is told, and the next Sync puts the Role back.
+	seen := changes.Load()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		r, err := admin.RbacV1().Roles(v1alpha1.SecretNamespace).Get(ctx, SecretsRole, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		r.Rules = RegistrySecretRules([]string{"registry-a", "everything-else"})
+		_, err = admin.RbacV1().Roles(v1alpha1.SecretNamespace).Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the keeper told of the edit", func() bool { return changes.Load() > seen })
+	if !sync("registry-a", "registry-b") {
+		t.Error("the keeper did not undo an edit of the Role")
+	}
+	if got := secretsRoleNames(t, admin); !slices.Equal(got, []string{"registry-a", "registry-b"}) {
+		t.Errorf("after the edit was undone the Role allows %v; want registry-a, registry-b", got)
+	}
+	waitUntil(t, "the watch showing the Role put back", watched("registry-a", "registry-b"))
+	sync()
+	if got := secretsRoleNames(t, admin); len(got) != 0 {
+		t.Errorf("no Secret named, the Role allows %v", got)
+	}
+}
+
+// TestSecretsRoleKeeperWithoutWatch: a server whose RBAC comes from a layer built before the
+// keeper may get and update SecretsRole but not list or watch it. The keeper stops asking
+// to watch after the first refusal, reads the Role once and then only when the names
+// change.
+func TestSecretsRoleKeeperWithoutWatch(t *testing.T) {
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	if err := Install(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	const user = "liken:machine:older-server"
+	old := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "older-coordinator", Namespace: v1alpha1.SecretNamespace},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, ResourceNames: []string{SecretsRole}, Verbs: []string{"get", "update"}},
+		}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: old.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+	if err := applyRole(ctx, admin, old, binding); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.UserConfig(user, Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent requestCounter
+	cfg.Wrap(sent.wrap)
+	k := NewSecretsRoleKeeper(kubernetes.NewForConfigOrDie(cfg), nil, nil)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); k.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	select {
+	case <-done: // the keeper's watch ends at the refusal
+	case <-time.After(30 * time.Second):
+		t.Fatal("the keeper's watch did not stop when it was refused")
+	}
+	if !k.refused.Load() {
+		t.Fatal("the keeper stopped its watch without a refusal")
+	}
+	// The refusal a second ago was the one list: the reflector would have tried again
+	// within a second.
+	time.Sleep(2 * time.Second)
+	lists := 0
+	for _, r := range sent.since(0) {
+		if r == "GET /apis/rbac.authorization.k8s.io/v1/namespaces/"+v1alpha1.SecretNamespace+"/roles" {
+			lists++
+		}
+	}
+	if lists != 1 {
+		t.Errorf("the keeper listed the Role %d times; want once, refused", lists)
+	}
+	sync := func(names ...string) bool {
+		t.Helper()
+		changed, err := k.Sync(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	sync()
+	sync("registry-c")
+	if got := secretsRoleNames(t, admin); !slices.Equal(got, []string{"registry-c"}) {
+		t.Fatalf("the Role allows %v; want registry-c", got)
+	}
+	before := sent.count()
+	for range 20 {
+		sync("registry-c")
+	}
+	if got := sent.since(before); len(got) > 0 {
+		t.Errorf("asked 20 times for the names it was last given, the keeper sent %v; want nothing", got)
+	}
+	if !sync("registry-d") {
+		t.Error("naming another Secret did not change the Role")
+	}
+	if got := secretsRoleNames(t, admin); !slices.Equal(got, []string{"registry-d"}) {
+		t.Errorf("the Role allows %v; want registry-d", got)
+	}
+	sync()
 }

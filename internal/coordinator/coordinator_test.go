@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,28 +87,33 @@ func newFleet(t testing.TB, spec func(*v1alpha1.ClusterSpec), machines map[strin
 	for name := range machines {
 		f.names = append(f.names, name)
 	}
+	sort.Strings(f.names)
 	// Eight at a time: the benchmarks make a thousand.
 	var wg sync.WaitGroup
-	work := make(chan string)
+	type job struct {
+		i    int
+		name string
+	}
+	work := make(chan job)
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for name := range work {
-				if _, err := f.liken.CreateMachine(ctx, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: machines[name]}}); err != nil {
+			for j := range work {
+				if _, err := f.liken.CreateMachine(ctx, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: j.name}, Spec: v1alpha1.MachineSpec{Role: machines[j.name]}}); err != nil {
 					t.Error(err)
 					continue
 				}
-				if _, err := f.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+				// A Node registers with its status, as a kubelet's does.
+				if _, err := f.admin.CoreV1().Nodes().Create(ctx, kubeletNode(j.name, j.i), metav1.CreateOptions{}); err != nil {
 					t.Error(err)
 					continue
 				}
-				f.setReady(name, true)
 			}
 		}()
 	}
-	for _, n := range f.names {
-		work <- n
+	for i, n := range f.names {
+		work <- job{i, n}
 	}
 	close(work)
 	wg.Wait()
@@ -137,7 +144,14 @@ func (f *fleetFixture) setReady(node string, ready bool) {
 		if !ready {
 			st = corev1.ConditionFalse
 		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		// The kubelet's other conditions stay as they are.
+		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
+		if i < 0 {
+			n.Status.Conditions = append(n.Status.Conditions, cond)
+		} else {
+			n.Status.Conditions[i] = cond
+		}
 		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 		return err
 	})
@@ -183,6 +197,13 @@ func (f *fleetFixture) node(name string) *corev1.Node {
 // leaders may for a moment when a Lease changes hands).
 func (f *fleetFixture) coordinator(name string, elect bool) *Metrics {
 	f.t.Helper()
+	return f.coordinatorWith(name, elect, nil)
+}
+
+// coordinatorWith is coordinator with its Config changed by change (nil: none) before it
+// starts.
+func (f *fleetFixture) coordinatorWith(name string, elect bool, change func(*Config)) *Metrics {
+	f.t.Helper()
 	if err := authority.InstallServers(f.t.Context(), f.admin, name); err != nil {
 		f.t.Fatal(err)
 	}
@@ -191,8 +212,12 @@ func (f *fleetFixture) coordinator(name string, elect bool) *Metrics {
 		f.t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	c, err := New(Config{Machine: name, REST: cfg, Metrics: m, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
-		RetryPeriod: 200 * time.Millisecond, Resync: 300 * time.Millisecond, EvictRetry: 200 * time.Millisecond, BlockedRetry: time.Second})
+	cc := Config{Machine: name, REST: cfg, Metrics: m, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
+		RetryPeriod: 200 * time.Millisecond, Resync: 300 * time.Millisecond, EvictRetry: 200 * time.Millisecond, BlockedRetry: time.Second}
+	if change != nil {
+		change(&cc)
+	}
+	c, err := New(cc)
 	if err != nil {
 		f.t.Fatal(err)
 	}

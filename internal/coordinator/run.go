@@ -66,7 +66,9 @@ type Coordinator struct {
 	log   *slog.Logger
 
 	machines, clusters, nodes cache.Store
-	poke                      chan struct{}
+	// secrets keeps the machines' registry Secrets Role, from a watch of its own.
+	secrets *authority.SecretsRoleKeeper
+	poke    chan struct{}
 
 	leadMu sync.Mutex
 	mu     sync.Mutex
@@ -189,6 +191,10 @@ func (c *Coordinator) lead(ctx context.Context) {
 		go ctrl.RunWithContext(ctx)
 		synced = append(synced, ctrl.HasSynced)
 	}
+	// Not waited for: a server with RBAC from an older layer may not watch the Role, and
+	// the keeper reads it instead.
+	c.secrets = authority.NewSecretsRoleKeeper(c.kube, c.log, c.kick)
+	go c.secrets.Run(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
@@ -251,8 +257,9 @@ func (c *Coordinator) step(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	// Machines may read the registry Secrets the Cluster names, and no other.
-	if changed, err := authority.SyncRegistrySecrets(ctx, c.kube, o.(*v1alpha1.Cluster).Spec.Registries.SecretNames()); err != nil {
+	// Machines may read the registry Secrets the Cluster names, and no other. Asked on every
+	// plan, the keeper answers from its watch.
+	if changed, err := c.secrets.Sync(ctx, o.(*v1alpha1.Cluster).Spec.Registries.SecretNames()); err != nil {
 		c.log.Warn("keeping the machines' registry Secret access in step with the Cluster", "err", err)
 	} else if changed {
 		c.log.Info("machines may read the registry Secrets the Cluster names", "secrets", o.(*v1alpha1.Cluster).Spec.Registries.SecretNames())

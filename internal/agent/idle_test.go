@@ -1,0 +1,168 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+)
+
+// requestLog records the API requests an agent sends, but for its watches (they stay open)
+// and, on a server, the reboot coordinator's election: it renews its Lease every
+// RetryPeriod by design.
+type requestLog struct {
+	mu       sync.Mutex
+	requests []string
+	renewals int
+}
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	lease := "/apis/coordination.k8s.io/v1/namespaces/" + v1alpha1.SecretNamespace + "/leases/" + authority.LeaseName
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		l.mu.Lock()
+		switch {
+		case r.URL.Query().Get("watch") == "true":
+		case r.URL.Path == lease && (r.Method == http.MethodGet || r.Method == http.MethodPut):
+			l.renewals++
+		default:
+			l.requests = append(l.requests, r.Method+" "+r.URL.RequestURI())
+		}
+		l.mu.Unlock()
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (l *requestLog) mark() (requests, renewals int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.requests), l.renewals
+}
+
+func (l *requestLog) since(requests int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.requests[requests:])
+}
+
+func (l *requestLog) renewedSince(renewals int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewals - renewals
+}
+
+// TestIdleMachinesOnlyWatch: a settled server, whose agent runs the reboot coordinator and
+// leads, and a settled agent machine send no API request but their watches and the
+// coordinator's Lease renewals, while their kubelets report their Nodes again (as a kubelet
+// does every few minutes with nothing changed) and each agent and the coordinator
+// reconcile on every report. A loop that reads or writes on every pass fails here.
+func TestIdleMachinesOnlyWatch(t *testing.T) {
+	machines := map[string]v1alpha1.Role{"quiet-s1": v1alpha1.RoleServer, "quiet-a1": v1alpha1.RoleAgent}
+	f := setupFleet(t, machines)
+	logs := map[string]*requestLog{}
+	for n, role := range machines {
+		s := newSim(t, n, role)
+		boot := f.bootedOnClusterRelease(t)
+		// Init reports the boot time to the second (internal/initd), as the API keeps it in
+		// status. The fake boot's is finer, and the agent, which compares the status it
+		// would write with the one it read back, then wrote the same status on every pass.
+		boot.mu.Lock()
+		boot.info.BootTime = boot.info.BootTime.UTC().Truncate(time.Second)
+		boot.mu.Unlock()
+		s.bootCtl = boot
+		s.coordinator = s.role == v1alpha1.RoleServer
+		logs[n] = &requestLog{}
+		s.wrap = logs[n].wrap
+		s.boot(t, f)
+		s.start(t)
+		t.Cleanup(s.stop)
+	}
+	for n := range logs {
+		f.waitFor(t, n, "Ready on its release, nothing pending", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return condTrue(m, v1alpha1.MachineReady) && m.Status.Release != nil && len(m.Status.Pending) == 0 && m.Status.Reboot.State == v1alpha1.RebootNone
+		})
+	}
+	waitCount(t, "quiet-s1 leading reboot coordination", func() bool {
+		c, err := f.liken.Cluster(t.Context())
+		return err == nil && c.Status.Coordinator == "quiet-s1"
+	})
+	time.Sleep(3 * time.Second) // what they wrote last seen back through their watches
+
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			for n := range logs {
+				f.reportNode(t, n)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	requests, renewals := map[string]int{}, map[string]int{}
+	for n, l := range logs {
+		requests[n], renewals[n] = l.mark()
+	}
+	const window = 6 * time.Second
+	time.Sleep(window)
+	stop()
+	wg.Wait()
+	for n, l := range logs {
+		got := l.since(requests[n])
+		for _, r := range got {
+			t.Errorf("idle, %s sent %s", n, r)
+		}
+		if len(got) > 0 {
+			t.Errorf("%s: %d requests in %s besides its watches and the coordinator's Lease; want none", n, len(got), window)
+		}
+	}
+	// The logs are in the agents' paths (the server's saw its coordinator's renewals) and
+	// the agents still answer: an edit is applied and reported.
+	if r := logs["quiet-s1"].renewedSince(renewals["quiet-s1"]); r == 0 {
+		t.Errorf("no Lease renewal went through quiet-s1's request log in %s", window)
+	}
+	for n, l := range logs {
+		before, _ := l.mark()
+		f.editMachine(n, func(m *v1alpha1.Machine) { m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"idle-test": "done"} })
+		f.waitFor(t, n, "the label applied", func(m *v1alpha1.Machine, node *corev1.Node) bool {
+			return node.Labels["idle-test"] == "done" && m.Status.AppliedGeneration == m.Generation
+		})
+		if len(l.since(before)) == 0 {
+			t.Errorf("%s applied an edit without a request through its request log", n)
+		}
+	}
+}
+
+// reportNode reports a Node's status again with a new heartbeat time, as its kubelet does.
+func (f *fixture) reportNode(t *testing.T, name string) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range n.Status.Conditions {
+			n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+		}
+		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Errorf("reporting Node %s: %v", name, err)
+	}
+}
