@@ -459,8 +459,10 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		return v
 	}
 	running := bi.Slots[bi.Slot]
+	// To the second, as the API stores a time: a finer one never equals the status read
+	// back, and the same status would be written again on every pass.
 	v.release = &v1alpha1.RunningRelease{Version: bi.Version, Digest: running.Digest, Slot: v1alpha1.Slot(bi.Slot),
-		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime}, K3s: bi.K3s, LayerDigest: bi.LayerDigest}
+		LastGoodSlot: v1alpha1.Slot(bi.DefaultSlot), Trial: bi.Trial && !bi.Committed, BootTime: &metav1.Time{Time: bi.BootTime.Truncate(time.Second)}, K3s: bi.K3s, LayerDigest: bi.LayerDigest}
 	if bi.Trial && bi.Committed {
 		v.release.LastGoodSlot = v1alpha1.Slot(bi.Slot)
 	}
