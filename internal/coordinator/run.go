@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -255,7 +257,7 @@ func (c *Coordinator) fleet(cl *v1alpha1.Cluster) Fleet {
 func (c *Coordinator) step(ctx context.Context) error {
 	o, ok, _ := c.clusters.GetByKey(v1alpha1.ClusterName)
 	if !ok {
-		return nil
+		return c.releaseOrphanCordons(ctx)
 	}
 	// Machines may read the registry Secrets the Cluster names, and no other. Asked on every
 	// plan, the keeper answers from its watch.
@@ -330,6 +332,49 @@ func (c *Coordinator) event(machine, typ, reason, msg string) {
 	c.cfg.Events.Event(m, typ, reason, msg)
 }
 
+// TurnCordon marks a Node liken cordoned for a turn (its value: the machine). The turns live
+// in the Cluster's status: when the Cluster is deleted mid-rollout, this mark is how any
+// coordinator, a new leader included, finds the cordons that were liken's and lifts them.
+const TurnCordon = "liken.dev/cordoned-for-turn"
+
+// markCordon sets or removes the TurnCordon mark on a Node.
+func (c *Coordinator) markCordon(ctx context.Context, node string, on bool) error {
+	if o, ok, _ := c.nodes.GetByKey(node); ok && on {
+		// Set already. Not trusted for a removal: the cache may not show a mark just set.
+		if _, has := o.(*corev1.Node).Annotations[TurnCordon]; has {
+			return nil
+		}
+	}
+	value := "null"
+	if on {
+		value = strconv.Quote(node)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + TurnCordon + `":` + value + `}}}`)
+	_, err := c.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("marking Node %s as cordoned for a turn: %w", node, err)
+	}
+	return nil
+}
+
+// releaseOrphanCordons runs while there is no Cluster (deleted mid-rollout): the turns went
+// with its status, and no machine will reboot without one, so every Node liken cordoned for
+// a turn is uncordoned and its drain stopped, rather than left cordoned for ever.
+func (c *Coordinator) releaseOrphanCordons(ctx context.Context) error {
+	for _, o := range c.nodes.List() {
+		n := o.(*corev1.Node)
+		if _, ok := n.Annotations[TurnCordon]; !ok {
+			continue
+		}
+		c.stopDrain(n.Name)
+		if err := c.cordon(ctx, n.Name, false); err != nil {
+			return err
+		}
+		c.log.Info("the Cluster is gone: the Node liken cordoned for a turn is uncordoned", "node", n.Name)
+	}
+	return nil
+}
+
 // cordon cordons or uncordons a Node through kubectl's cordon helper.
 func (c *Coordinator) cordon(ctx context.Context, node string, on bool) error {
 	// The cached Node will do when it differs from what is wanted: the cordon helper's patch
@@ -356,6 +401,10 @@ func (c *Coordinator) cordon(ctx context.Context, node string, on bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, node, err)
+	}
+	if !on {
+		// Every uncordon of liken's ends a turn's cordon: the mark goes with it.
+		return c.markCordon(ctx, node, false)
 	}
 	return nil
 }
@@ -460,6 +509,9 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 	// The cordon is not bounded by the deadline: a drain resumed after it (a new leader)
 	// still cordons, then goes straight to the outcome.
 	err := c.cordon(ctx, t.Machine, true)
+	if err == nil && !t.CordonedBefore {
+		err = c.markCordon(ctx, t.Machine, true)
+	}
 	var out drainOutcome
 	if err == nil {
 		out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Debug(s) }) // each try, refusals included

@@ -123,6 +123,11 @@ func (c *Client) DeleteMachine(ctx context.Context, name string) error {
 	return c.rest.Delete().Resource("machines").Name(name).Do(ctx).Error()
 }
 
+// DeleteCluster deletes the Cluster.
+func (c *Client) DeleteCluster(ctx context.Context) error {
+	return c.rest.Delete().Resource("clusters").Name(v1alpha1.ClusterName).Do(ctx).Error()
+}
+
 // CreateCluster stores the Cluster.
 func (c *Client) CreateCluster(ctx context.Context, cl *v1alpha1.Cluster) (*v1alpha1.Cluster, error) {
 	out := &v1alpha1.Cluster{}
