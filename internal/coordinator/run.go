@@ -361,10 +361,18 @@ func (c *Coordinator) markCordon(ctx context.Context, node string, on bool) erro
 // with its status, and no machine will reboot without one, so every Node liken cordoned for
 // a turn is uncordoned and its drain stopped, rather than left cordoned for ever.
 func (c *Coordinator) releaseOrphanCordons(ctx context.Context) error {
+	confirmed := false
 	for _, o := range c.nodes.List() {
 		n := o.(*corev1.Node)
 		if _, ok := n.Annotations[TurnCordon]; !ok {
 			continue
+		}
+		if !confirmed {
+			// The cache is no proof of a deletion that lifts cordons: the API server is.
+			if _, err := c.liken.Cluster(ctx); !apierrors.IsNotFound(err) {
+				return err // nil: it is there after all, and the next plan sees it
+			}
+			confirmed = true
 		}
 		c.stopDrain(n.Name)
 		if err := c.cordon(ctx, n.Name, false); err != nil {
