@@ -197,3 +197,84 @@ func TestSetReleasePin(t *testing.T) {
 		t.Errorf("a refused pin changed the file")
 	}
 }
+
+// TestCheckSetDiskPaths: a data disk named in a form liken's init never resolves is refused
+// offline (the API server takes any path under /dev), with what to write instead.
+func TestCheckSetDiskPaths(t *testing.T) {
+	v, err := NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDisk := func(device string) string {
+		return machine("a", "52:54:00:00:00:01", "") + "  disks:\n    - device: " + device + "\n      partitions:\n        - label: data\n          mountPoint: /var/mnt/data\n"
+	}
+	tests := []struct {
+		device string
+		want   string // "" = valid
+	}{
+		{"/dev/disk/by-id/virtio-data1", ""},
+		{"/dev/disk/by-id/nvme-eui.0025385b71b07e2f", ""},
+		{"/dev/disk/by-id/ata-ST4000NM0035-1V4107_ZC1234AB", ""},
+		{"/dev/disk/by-id/scsi-35000c500a1b2c3d4", ""},
+		{"/dev/disk/by-id/wwn-0x5000c500a1b2c3d4", ""},
+		{"/dev/vdb", ""},
+		{"/dev/disk/by-id/scsi-SATA_ST4000NM0035-1V4_ZC1234AB", "spec.disks[0].device: Invalid value: \"/dev/disk/by-id/scsi-SATA_ST4000NM0035-1V4_ZC1234AB\": scsi-SATA_… links are made for SATA disks by sg3_utils' udev rules"},
+		{"/dev/disk/by-id/usb-SanDisk_Ultra_4C530001", "liken makes no links for USB disks"},
+		{"/dev/disk/by-id/lvm-pv-uuid-abc", "makes no lvm- links"},
+		{"/dev/disk/by-path/pci-0000:00:1f.2-ata-1", "makes only /dev/disk/by-id links"},
+		{"/dev/disk/by-id/wwn-0x5000C500A1B2C3D4", "lower-case"},
+		{"/dev/disk/by-id/ata-ST4000NM0035-1V4107_ZC1234AB-part1", "names a partition"},
+		{"/dev/sdb", "a kernel name, given in the order disks are found"},
+		{"/dev/nvme0n1", "a kernel name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.device, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, dir, "c.yaml", cluster)
+			write(t, dir, "m.yaml", withDisk(tt.device))
+			docs, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := CheckSet(v, docs)
+			var got []string
+			for _, o := range res.Objects {
+				if len(o.Errors) > 0 {
+					got = append(got, Describe(o.Doc.Object, o.Errors))
+				}
+			}
+			got = append(got, res.SetErrors...)
+			if tt.want == "" {
+				if !res.OK() {
+					t.Fatalf("refused:\n%s", strings.Join(got, "\n"))
+				}
+				return
+			}
+			if res.OK() || len(res.Machines) != 0 || !strings.Contains(strings.Join(got, "\n"), tt.want) {
+				t.Errorf("got:\n%s\nwant a refusal of the Machine containing %q", strings.Join(got, "\n"), tt.want)
+			}
+		})
+	}
+}
+
+// TestExamplesValid is `make examples`' check as a test: the example fleet passes CheckSet,
+// its disks included.
+func TestExamplesValid(t *testing.T) {
+	v, err := NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := Load(filepath.Join("..", "..", "docs", "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := CheckSet(v, docs)
+	for _, o := range res.Objects {
+		if len(o.Errors) > 0 {
+			t.Errorf("%s: %s", o.Doc.Source, Describe(o.Doc.Object, o.Errors))
+		}
+	}
+	for _, e := range res.SetErrors {
+		t.Error(e)
+	}
+}

@@ -41,9 +41,10 @@ func (r SetResult) Invalid() int {
 	return n
 }
 
-// CheckSet validates docs as the objects of one liken cluster: each as an API create, then
-// exactly one Cluster, unique Machine names, unique hardware matches, and every Machine's
-// version override pinned in the Cluster.
+// CheckSet validates docs as the objects of one liken cluster: each as an API create, and
+// each Machine's data disks named in a form liken's init resolves (diskPaths); then exactly
+// one Cluster, unique Machine names, unique hardware matches, and every Machine's version
+// override pinned in the Cluster.
 func CheckSet(v *Validator, docs []Document) SetResult {
 	var res SetResult
 	seen := map[string]string{}
@@ -71,6 +72,10 @@ func CheckSet(v *Validator, docs []Document) SetResult {
 			m := &v1alpha1.Machine{}
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object.Object, m); err != nil {
 				res.SetErrors = append(res.SetErrors, fmt.Sprintf("%s: %v", d.Source, err))
+				continue
+			}
+			if errs := diskPaths(m); len(errs) > 0 {
+				res.Objects[len(res.Objects)-1].Errors = errs
 				continue
 			}
 			if prev, ok := seen[m.Name]; ok {

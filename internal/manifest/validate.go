@@ -1,7 +1,9 @@
 // Package manifest reads Cluster and Machine manifests and checks them offline with exactly
 // the schema, defaults and CEL rules the Kubernetes API server applies to them (the same
 // apiextensions-apiserver code, fed the same generated CRDs), so `liken validate` and
-// `liken layer` refuse what kubectl would refuse, with the same messages.
+// `liken layer` refuse what kubectl would refuse, with the same messages. CheckSet adds what
+// the API server cannot check: the rules across objects, and data disks named in a form
+// liken's init never resolves.
 package manifest
 
 import (
