@@ -36,7 +36,7 @@ left alone, and the machine reads the new layer at its next boot; a server then 
 Machines that are missing. --channel and --pin are not needed. The new layer is bound as an
 install binds it: to --machine, else to the machine the disk was installed for (a different
 --machine is refused), else it must hold one machine's credentials only.`,
-		Example: `  liken install --channel file:///srv/channel --pin sha256:... --layer layer/server.layer --disk /dev/sdb
+		Example: `  liken install --channel file:///srv/channel --pin sha256:... --layer layer/server.layer --disk /dev/sdb --machine server-1
   liken install --channel https://releases.example.com/liken --pin sha256:... --layer layer/agent.layer \
       --disk agent-1.img --size 4G --machine agent-1
   liken install --layer-only --layer layer/server.layer --disk server-1.img --machine server-1`,
