@@ -51,6 +51,12 @@ const (
 	// ReasonDiskRefused: init left a disk of spec.disks untouched, or could not prepare it;
 	// status.disks says which, what it found and what the spec wants.
 	ReasonDiskRefused = "DiskRefused"
+	// ReasonRoleMismatch: the machine booted with another role than its Machine's
+	// spec.role (installed with the other role's layer): k3s keeps the layer's role and the
+	// agent renders k3s's files for it. spec.role is immutable, so the fix is a reinstall
+	// with the right layer, or the Machine deleted and made again with the role it runs. On
+	// the Cluster's Degraded, the message names the machines.
+	ReasonRoleMismatch = "RoleMismatch"
 
 	// ReasonNothingPending: no staged change and no reboot request.
 	ReasonNothingPending = "NothingPending"
@@ -81,11 +87,12 @@ const (
 	// ClusterProgressing is True while machines move to spec.version or apply staged changes.
 	ClusterProgressing = "Progressing"
 	// ClusterDegraded is True when a machine failed a trial, a drain was blocked, a turn is
-	// held by a machine that does not come back, or the maintenance windows cannot be read.
+	// held by a machine that does not come back, a machine runs another role than its
+	// Machine's, or the maintenance windows cannot be read.
 	ClusterDegraded = "Degraded"
 )
 
-// Cluster condition reasons (and ReasonHealthy).
+// Cluster condition reasons (and ReasonHealthy, ReasonRoleMismatch).
 const (
 	// ReasonWithinBudget: no more machines are unavailable than the disruption budget allows.
 	ReasonWithinBudget = "WithinBudget"

@@ -38,6 +38,8 @@ type outcome struct {
 	preflightFailed string
 	// k3sUnhealthy says why k3s's health check failed; empty when healthy or not checked.
 	k3sUnhealthy string
+	// roleMismatch says how the role this machine booted with and its Machine's differ.
+	roleMismatch string
 	// clusterPolicy is the Cluster's rebootPolicy, which a Machine may override.
 	clusterPolicy v1alpha1.RebootPolicy
 	// view is where the machine stands with releases; rebooting once a reboot is asked of init.
@@ -75,6 +77,12 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if bi := a.bootInfo; bi != nil && bi.BootID != a.st.BootID && bi.Report != nil {
 			a.diskEvents(m, bi.Report.DiskStatus)
 		}
+		if bi := a.bootInfo; bi != nil && bi.BootID != a.st.BootID {
+			if msg := roleMismatch(bi.Role, m.Spec.Role); msg != "" {
+				a.log.Warn("this machine booted with another role than its Machine's", "booted", bi.Role, "spec.role", m.Spec.Role)
+				a.events.Event(m, corev1.EventTypeWarning, v1alpha1.ReasonRoleMismatch, msg)
+			}
+		}
 		if err := a.promoteBootSettings(); err != nil {
 			return err
 		}
@@ -103,6 +111,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	out := &outcome{failures: map[string]string{}, nodeFound: node != nil, clusterPolicy: c.Spec.RebootPolicy, notAppliedBoot: a.notAppliedAtBoot(desired)}
 	if bi := a.bootInfo; bi != nil && bi.Report != nil {
 		out.preflightFailed = bi.Report.PreflightFailed
+	}
+	if bi := a.bootInfo; bi != nil {
+		out.roleMismatch = roleMismatch(bi.Role, m.Spec.Role)
 	}
 	if out.k3sUnhealthy = a.k3sHealth(ctx); out.k3sUnhealthy != "" {
 		// k3s's health is not watched: look again shortly while it is not healthy.
@@ -362,8 +373,15 @@ func (a *Agent) applyK3s(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 	if err != nil {
 		return err
 	}
+	role := m.Spec.Role
+	if bi := a.bootInfo; bi != nil && bi.Role != "" {
+		// k3s runs the role init started it with; the other role's files would make it
+		// another node (a first server without cluster-init, an agent with a server's
+		// settings). A Machine that says otherwise is reported (roleMismatch).
+		role = bi.Role
+	}
 	// The kubelet accepts swap whenever swap is on here: features.swap turns it on at boot.
-	rendered, err := k3s.Render(k3s.Input{Role: m.Spec.Role, NodeName: a.cfg.Machine, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths, SwapOn: a.swapOn()})
+	rendered, err := k3s.Render(k3s.Input{Role: role, NodeName: a.cfg.Machine, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths, SwapOn: a.swapOn()})
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		notAppliedBoot: out.notAppliedBoot,
 		preflight:      out.preflightFailed,
 		disks:          s.Disks,
+		roleMismatch:   out.roleMismatch,
 	}) {
 		c.ObservedGeneration = m.Generation
 		meta.SetStatusCondition(&s.Conditions, c)
@@ -128,6 +129,20 @@ type condInput struct {
 	disks []v1alpha1.DiskStatus
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
+	// roleMismatch says how the role this machine booted with and its Machine's differ.
+	roleMismatch string
+}
+
+// roleMismatch says how the role this machine booted with (init's, from the layer's Machine
+// manifest) and its Machine's spec.role differ, and what to do; "" when they agree or init
+// does not say.
+func roleMismatch(booted, spec v1alpha1.Role) string {
+	if booted == "" || booted == spec {
+		return ""
+	}
+	return fmt.Sprintf("this machine booted as %[1]s, the role of its deployment layer's Machine manifest, and k3s keeps that role; but the Machine's spec.role is %[2]s. "+
+		"spec.role is immutable: reinstall the machine with the %[2]s layer, or, to keep it %[1]s, delete this Machine and apply it again with spec.role %[1]s "+
+		"(no server's bootstrap makes a deleted Machine again)", booted, spec)
 }
 
 // conditions computes the Machine's conditions (see api/v1alpha1/conditions.go).
@@ -142,6 +157,9 @@ func conditions(in condInput) []metav1.Condition {
 	}
 	failed := failureKey(in.failures)
 	switch {
+	case in.roleMismatch != "":
+		// Before any item: the Machine's role is not applied at all (k3s keeps its own).
+		add(v1alpha1.MachineConfigApplied, false, v1alpha1.ReasonRoleMismatch, in.roleMismatch)
 	case failed != "":
 		add(v1alpha1.MachineConfigApplied, false, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
 	case in.restartPending:
@@ -169,6 +187,8 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineUpgradeFailed, false, v1alpha1.ReasonCommitted, "no trial of the wanted release or kernel arguments has failed")
 	}
 	switch {
+	case in.roleMismatch != "":
+		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonRoleMismatch, in.roleMismatch)
 	case failed != "":
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
 	case in.trialFailed != nil:

@@ -276,8 +276,12 @@ func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1
 	type vd struct{ v, d string }
 	versions := map[vd]int32{}
 	var upToDate, waiting, failed int32
+	var roles []string // machines running another role than their Machine's
 	for i := range machines {
 		m := &machines[i]
+		if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded); c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonRoleMismatch {
+			roles = append(roles, m.Name)
+		}
 		wantV := string(cl.Spec.Version)
 		if m.Spec.Version != "" {
 			wantV = string(m.Spec.Version)
@@ -354,9 +358,18 @@ func count(st *v1alpha1.ClusterStatus, cl *v1alpha1.Cluster, machines []v1alpha1
 	case len(stuck) > 0:
 		set(v1alpha1.ClusterDegraded, true, v1alpha1.ReasonTurnHolderNotBack, fmt.Sprintf("%s holds a disruption-budget turn and is not back after %s: turns never expire by themselves; if it will not return, liken release-turn gives its turn back",
 			strings.Join(stuck, ", "), StuckAfter))
+	case len(roles) > 0:
+		// Ahead of failed trials and blocked drains: no reboot or retry fixes it, and the
+		// budget's rules for servers go by a role the machine does not run.
+		also := ""
+		if failed > 0 || len(st.DrainBlocked) > 0 {
+			also = fmt.Sprintf("; besides, %d machines fell back from a trial, %d drains were blocked", failed, len(st.DrainBlocked))
+		}
+		set(v1alpha1.ClusterDegraded, true, v1alpha1.ReasonRoleMismatch, fmt.Sprintf("%s booted with another role than their Machine's spec.role (installed with the other role's layer): each Machine's Degraded condition says which and what to do%s",
+			strings.Join(roles, ", "), also))
 	case failed > 0 || len(st.DrainBlocked) > 0:
 		set(v1alpha1.ClusterDegraded, true, v1alpha1.ReasonMachinesNeedAttention, fmt.Sprintf("%d machines fell back from a trial, %d drains were blocked", failed, len(st.DrainBlocked)))
 	default:
-		set(v1alpha1.ClusterDegraded, false, v1alpha1.ReasonHealthy, "no trial failed and no drain is blocked")
+		set(v1alpha1.ClusterDegraded, false, v1alpha1.ReasonHealthy, "no trial failed, no drain is blocked and every machine runs its Machine's role")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/state"
@@ -35,6 +36,8 @@ type bootControl struct {
 	rebootPending bool
 	// layerDigest is the deployment layer's digest as built ("" when the disk records none).
 	layerDigest string
+	// role is the role of the layer's Machine manifest, which k3s is started with.
+	role v1alpha1.Role
 	// report is what this boot applied of the boot-time settings (nil until init knows).
 	report *state.BootReport
 	// reboot asks init's main loop to shut down and restart the machine.
@@ -94,12 +97,18 @@ func (b *bootControl) setLayer(digest string) {
 	b.layerDigest = digest
 }
 
+func (b *bootControl) setRole(r v1alpha1.Role) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.role = r
+}
+
 // Info implements supervisor.Boot.
 func (b *bootControl) Info() (supervisor.BootInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := supervisor.BootInfo{Slot: b.slot, Trial: b.trial, Committed: b.committed, Version: b.version,
-		KernelArgs: b.args, BootID: b.bootID, RebootPending: b.rebootPending, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest, Report: b.report}
+		KernelArgs: b.args, BootID: b.bootID, RebootPending: b.rebootPending, BootTime: b.bootTime, K3s: readTrim("/etc/liken/k3s-version"), LayerDigest: b.layerDigest, Role: b.role, Report: b.report}
 	if standIn() {
 		info.K3s = "stand-in"
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/state"
 )
@@ -69,6 +70,10 @@ type BootInfo struct {
 	// LayerDigest is the deployment layer's digest as built (what liken layer printed),
 	// recorded on the disk by install; empty when the disk records none.
 	LayerDigest string `json:"layerDigest,omitempty"`
+	// Role is the role k3s was started with: the layer's Machine manifest's, which the
+	// API's Machine may contradict (a reinstall with the other role's layer). Empty until
+	// init has picked the machine's manifest.
+	Role v1alpha1.Role `json:"role,omitempty"`
 	// Report is what init applied at this boot of the boot-time settings; nil when init
 	// has not got that far.
 	Report *state.BootReport `json:"report,omitempty"`
