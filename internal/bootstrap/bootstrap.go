@@ -148,7 +148,7 @@ func create(ctx context.Context, cfg Config, lc *kube.Client, kc kubernetes.Inte
 			// Only a record known to be absent lets the object be made: after a Forbidden, a
 			// 503 or a timeout the object may have been bootstrapped before and deleted by an
 			// operator since, and making it again would undo that deletion.
-			cfg.Log.Info("bootstrap: cannot read this object's bootstrap record yet (the API server starting, the bootstrap RBAC not applied yet, or the API failing); it is not created until the record is known to be absent; trying again",
+			cfg.Log.Info("bootstrap: the API server, liken's CRDs or the bootstrap RBAC are not ready yet, or this object's bootstrap record cannot be read: it is made only once the record is known to be absent; trying again",
 				"object", what, "record", v1alpha1.SecretNamespace+"/"+record, "in", wait, "err", err)
 			select {
 			case <-ctx.Done():
