@@ -114,6 +114,20 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:items:XValidation:rule="self.matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|\\\\[[0-9a-fA-F:.]+\\\\])(:[0-9]{1,5})?$')",message="timeServers must be host names or addresses, each with an optional :port (an IPv6 address in brackets), such as time.example.com or 192.0.2.1:123"
 	TimeServers []string `json:"timeServers,omitempty"`
 
+	// RegistrationAddress is the address machines join the cluster through: a DNS name or an
+	// IP address, without scheme or port, that reaches k3s on port 6443 of the servers (a
+	// load balancer, a virtual IP, or a DNS name holding the servers' addresses). Every
+	// server names it in its certificate (k3s tls-san). Without it, machines join through the
+	// first server's first static address, so a cluster whose first server uses DHCP needs
+	// it. A change restarts k3s on servers, which then answer for the new address too;
+	// machines that have joined reach the servers directly, and a machine joins through the
+	// new address once it boots a layer built with it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$')",message="registrationAddress must be a DNS name in lower case or an IP address, without scheme or port, such as k3s.example.com or 192.0.2.10"
+	// +kubebuilder:validation:XValidation:rule="self != 'localhost' && !(isIP(self) && (ip(self).isLoopback() || ip(self).isUnspecified()))",message="registrationAddress must be an address the other machines reach: not localhost, a loopback or an unspecified address"
+	RegistrationAddress string `json:"registrationAddress,omitempty"`
+
 	// Network holds the cluster's address ranges. They are fixed when the cluster is created.
 	// +optional
 	// +kubebuilder:default={clusterCIDR:"10.42.0.0/16",serviceCIDR:"10.43.0.0/16",clusterDNS:"10.43.0.10",clusterDomain:"cluster.local"}

@@ -80,6 +80,15 @@ layers built again still join the same cluster. Keep it safe: it holds the CA ke
 			if err := layer.CheckOne(cluster, "Cluster", inCluster); err != nil {
 				return err
 			}
+			plan, err := joinPlan(docs)
+			if err != nil {
+				return err
+			}
+			if server == "" {
+				// The machines' join address serves the operator too; with none (a lone
+				// server on DHCP) BuildLayers asks for --server.
+				server = plan.URL
+			}
 			if err := os.MkdirAll(out, 0o700); err != nil {
 				return fmt.Errorf("making %s: %w", out, err)
 			}
@@ -106,7 +115,7 @@ layers built again still join the same cluster. Keep it safe: it holds the CA ke
 	f.StringVar(&idDir, "identity", "", "the cluster identity to keep and reuse (default OUT/identity); it holds the CA keys")
 	f.BoolVar(&newIdentity, "new-identity", false, "create a new cluster identity in --identity when it does not exist")
 	f.BoolVar(&standIn, "stand-in-node-credentials", false, "add node certificates for liken's k3s stand-in (test clusters only; real k3s makes its own)")
-	f.StringVar(&server, "server", "", "API URL for admin.kubeconfig (default: the first server's first static address)")
+	f.StringVar(&server, "server", "", "API URL for admin.kubeconfig (default: the Cluster's registrationAddress, else the first server's first static address, on port 6443)")
 	o.add(cmd)
 	return cmd
 }

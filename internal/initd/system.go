@@ -260,9 +260,10 @@ func (s *system) pickMachine() error {
 	if err := writeHosts(hostsFile, m.Name); err != nil {
 		return fmt.Errorf("writing /etc/hosts: %w", err)
 	}
-	s.join = k3s.FirstServerURL(machines)
-	if m.Spec.Role == v1alpha1.RoleServer && s.join != "" && strings.Contains(s.join, "//"+firstAddress(m)+":") {
-		s.join = "" // this machine is the first server: it initialises the cluster
+	// By name, from the layer's Machines as every machine has them, so exactly one server
+	// initialises the cluster whatever addresses the servers have (k3s.JoinPlan).
+	if s.join, err = k3s.PlanJoin(cluster.Spec, machines).For(m.Name); err != nil {
+		return fmt.Errorf("choosing where to join the cluster: %w", err)
 	}
 	fmt.Fprintf(s.log, "liken-init: this is Machine %s (%s, found by %s)\n", m.Name, m.Spec.Role, how)
 	return nil

@@ -85,6 +85,14 @@ func Render(in Input) (Output, error) {
 		} else {
 			cfg["server"] = in.Join
 		}
+		if a := in.Cluster.RegistrationAddress; a != "" {
+			// Machines join through it and verify the server they reach against it, so
+			// every server's certificate must name it: k3s names only the node's own names
+			// and default-route address otherwise (tls-san, pkg/cli/cmds/server.go;
+			// docs.k3s.io/datastore/ha-embedded sets it on the first server and on the ones
+			// that join). docs/k3s.md, "Joining".
+			cfg["tls-san"] = []string{a}
+		}
 		n := in.Cluster.Network
 		setIf(cfg, "cluster-cidr", n.ClusterCIDR)
 		setIf(cfg, "service-cidr", n.ServiceCIDR)
@@ -242,26 +250,6 @@ func (o Output) Paths() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// FirstServerURL is the API URL of the first server (in name order) with a static address:
-// the server that initialises the cluster, which the others join.
-func FirstServerURL(machines []*v1alpha1.Machine) string {
-	for _, m := range machines {
-		if m.Spec.Role != v1alpha1.RoleServer || m.Spec.Network == nil {
-			continue
-		}
-		for _, i := range m.Spec.Network.Interfaces {
-			for _, a := range i.Addresses {
-				host, _, _ := strings.Cut(a, "/")
-				if strings.Contains(host, ":") {
-					host = "[" + host + "]"
-				}
-				return "https://" + host + ":6443"
-			}
-		}
-	}
-	return ""
 }
 
 // SwapOn reads whether swap is active on this host (a device or file in /proc/swaps).
