@@ -253,6 +253,7 @@ func (s *system) pickMachine() error {
 		return err
 	}
 	s.machine = m
+	s.boot.setRole(m.Spec.Role) // the agent holds it against the API's Machine
 	s.useStaged()
 	if err := unix.Sethostname([]byte(m.Name)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
