@@ -53,8 +53,10 @@ type MachineSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.role is immutable: reinstall the machine to change its role"
 	Role Role `json:"role"`
 
-	// Match identifies this machine's hardware at boot, so every machine can boot the same
-	// layer and find its own manifest. Without it, the name given at install is used.
+	// Match identifies this machine's hardware at boot, so a disk installed without
+	// --machine finds its own manifest among the layer's (one machine's layer, or a disk
+	// moved between machines). Without it, the name given at install is used. install
+	// refuses to leave a disk unbound to a layer of several machines' credentials.
 	// +optional
 	Match *MachineMatch `json:"match,omitempty"`
 
