@@ -72,19 +72,6 @@ func localMACs() map[string]bool {
 	return out
 }
 
-func firstAddress(m *v1alpha1.Machine) string {
-	if m.Spec.Network == nil {
-		return ""
-	}
-	for _, i := range m.Spec.Network.Interfaces {
-		for _, a := range i.Addresses {
-			host, _, _ := strings.Cut(a, "/")
-			return host
-		}
-	}
-	return ""
-}
-
 var (
 	supervisedMu   sync.Mutex
 	supervisedPIDs = map[string]func() int{}
