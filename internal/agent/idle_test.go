@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"net/http"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,53 +13,17 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/test/apiserver"
 )
-
-// requestLog records the API requests an agent sends, but for its watches (they stay open)
-// and, on a server, the reboot coordinator's election: it renews its Lease every
-// RetryPeriod by design.
-type requestLog struct {
-	mu       sync.Mutex
-	requests []string
-	renewals int
-}
-
-func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
-	lease := "/apis/coordination.k8s.io/v1/namespaces/" + v1alpha1.SecretNamespace + "/leases/" + authority.LeaseName
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		l.mu.Lock()
-		switch {
-		case r.URL.Query().Get("watch") == "true":
-		case r.URL.Path == lease && (r.Method == http.MethodGet || r.Method == http.MethodPut):
-			l.renewals++
-		default:
-			l.requests = append(l.requests, r.Method+" "+r.URL.RequestURI())
-		}
-		l.mu.Unlock()
-		return rt.RoundTrip(r)
-	})
-}
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func (l *requestLog) mark() (requests, renewals int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.requests), l.renewals
-}
-
-func (l *requestLog) since(requests int) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.requests[requests:])
-}
-
-func (l *requestLog) renewedSince(renewals int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.renewals - renewals
+// newRequestLog records what an idle component sends besides its watches and the
+// coordinator's election (apiserver.RequestLog).
+func newRequestLog() *apiserver.RequestLog {
+	return &apiserver.RequestLog{LeasePath: "/apis/coordination.k8s.io/v1/namespaces/" + v1alpha1.SecretNamespace + "/leases/" + authority.LeaseName}
 }
 
 // TestIdleMachinesOnlyWatch: a settled server, whose agent runs the reboot coordinator and
@@ -71,7 +34,7 @@ func (l *requestLog) renewedSince(renewals int) int {
 func TestIdleMachinesOnlyWatch(t *testing.T) {
 	machines := map[string]v1alpha1.Role{"quiet-s1": v1alpha1.RoleServer, "quiet-a1": v1alpha1.RoleAgent}
 	f := setupFleet(t, machines)
-	logs := map[string]*requestLog{}
+	logs := map[string]*apiserver.RequestLog{}
 	for n, role := range machines {
 		s := newSim(t, n, role)
 		boot := f.bootedOnClusterRelease(t)
@@ -83,8 +46,8 @@ func TestIdleMachinesOnlyWatch(t *testing.T) {
 		boot.mu.Unlock()
 		s.bootCtl = boot
 		s.coordinator = s.role == v1alpha1.RoleServer
-		logs[n] = &requestLog{}
-		s.wrap = logs[n].wrap
+		logs[n] = newRequestLog()
+		s.wrap = logs[n].Wrap
 		s.boot(t, f)
 		s.start(t)
 		t.Cleanup(s.stop)
@@ -117,14 +80,14 @@ func TestIdleMachinesOnlyWatch(t *testing.T) {
 	}()
 	requests, renewals := map[string]int{}, map[string]int{}
 	for n, l := range logs {
-		requests[n], renewals[n] = l.mark()
+		requests[n], renewals[n] = l.Mark()
 	}
 	const window = 6 * time.Second
 	time.Sleep(window)
 	stop()
 	wg.Wait()
 	for n, l := range logs {
-		got := l.since(requests[n])
+		got := l.Since(requests[n])
 		for _, r := range got {
 			t.Errorf("idle, %s sent %s", n, r)
 		}
@@ -134,16 +97,16 @@ func TestIdleMachinesOnlyWatch(t *testing.T) {
 	}
 	// The logs are in the agents' paths (the server's saw its coordinator's renewals) and
 	// the agents still answer: an edit is applied and reported.
-	if r := logs["quiet-s1"].renewedSince(renewals["quiet-s1"]); r == 0 {
+	if r := logs["quiet-s1"].RenewedSince(renewals["quiet-s1"]); r == 0 {
 		t.Errorf("no Lease renewal went through quiet-s1's request log in %s", window)
 	}
 	for n, l := range logs {
-		before, _ := l.mark()
+		before, _ := l.Mark()
 		f.editMachine(n, func(m *v1alpha1.Machine) { m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"idle-test": "done"} })
 		f.waitFor(t, n, "the label applied", func(m *v1alpha1.Machine, node *corev1.Node) bool {
 			return node.Labels["idle-test"] == "done" && m.Status.AppliedGeneration == m.Generation
 		})
-		if len(l.since(before)) == 0 {
+		if len(l.Since(before)) == 0 {
 			t.Errorf("%s applied an edit without a request through its request log", n)
 		}
 	}

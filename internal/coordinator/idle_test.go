@@ -3,8 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,51 +16,13 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/test/apiserver"
 )
 
-// requestLog records the API requests made through a client config, but for the watches
-// and the election's Lease reads and renewals: a watch stays open (re-opened every few
-// minutes), and the election renews its Lease every RetryPeriod by design. Everything else
-// an idle leader sends is a loop that reads or writes for nothing.
-type requestLog struct {
-	mu       sync.Mutex
-	requests []string
-	renewals int
-}
-
-func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
-	lease := "/apis/coordination.k8s.io/v1/namespaces/" + v1alpha1.SecretNamespace + "/leases/" + authority.LeaseName
-	return roundTrip(func(r *http.Request) (*http.Response, error) {
-		l.mu.Lock()
-		switch {
-		case r.URL.Query().Get("watch") == "true":
-		case r.URL.Path == lease && (r.Method == http.MethodGet || r.Method == http.MethodPut):
-			l.renewals++
-		default:
-			l.requests = append(l.requests, r.Method+" "+r.URL.RequestURI())
-		}
-		l.mu.Unlock()
-		return rt.RoundTrip(r)
-	})
-}
-
-// mark is where the log stands: since and renewedSince count from it.
-func (l *requestLog) mark() (requests, renewals int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.requests), l.renewals
-}
-
-func (l *requestLog) since(requests int) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.requests[requests:])
-}
-
-func (l *requestLog) renewedSince(renewals int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.renewals - renewals
+// newRequestLog records what an idle component sends besides its watches and the
+// coordinator's election (apiserver.RequestLog).
+func newRequestLog() *apiserver.RequestLog {
+	return &apiserver.RequestLog{LeasePath: "/apis/coordination.k8s.io/v1/namespaces/" + v1alpha1.SecretNamespace + "/leases/" + authority.LeaseName}
 }
 
 // TestIdleCoordinatorOnlyWatches: a leader with nothing to do sends no API request but its
@@ -74,9 +34,9 @@ func (l *requestLog) renewedSince(renewals int) int {
 func TestIdleCoordinatorOnlyWatches(t *testing.T) {
 	const n = 20
 	f := newFleet(t, nil, machines("quiet", n, v1alpha1.RoleAgent))
-	var log requestLog
+	log := newRequestLog()
 	f.coordinatorWith("srv-quiet", true, func(c *Config) {
-		c.REST.Wrap(log.wrap)
+		c.REST.Wrap(log.Wrap)
 		// The usual election timing, not the tests' quick one: a loaded machine missing a
 		// 2 s renewal deadline would lead anew and list its caches again.
 		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
@@ -103,12 +63,12 @@ func TestIdleCoordinatorOnlyWatches(t *testing.T) {
 			}
 		}
 	}()
-	requests, renewals := log.mark()
+	requests, renewals := log.Mark()
 	const window = 6 * time.Second
 	time.Sleep(window)
 	stop()
 	wg.Wait()
-	got := log.since(requests)
+	got := log.Since(requests)
 	for _, r := range got {
 		t.Errorf("idle, the coordinator sent %s", r)
 	}
@@ -117,7 +77,7 @@ func TestIdleCoordinatorOnlyWatches(t *testing.T) {
 	}
 	// The log saw the election's renewals, so it is in the coordinator's path, and the
 	// leader still leads: a change that matters is written at once.
-	if r := log.renewedSince(renewals); r == 0 {
+	if r := log.RenewedSince(renewals); r == 0 {
 		t.Errorf("no Lease renewal went through the request log in %s", window)
 	}
 	f.setReady(f.names[0], false)
