@@ -88,7 +88,10 @@ func BenchmarkLiveChange(b *testing.B) {
 
 // BenchmarkAgentIdle runs the liken-agent binary as its own process on a settled machine and
 // measures its resident memory and the API requests it makes per minute while nothing
-// changes (watches excluded: they stay open).
+// changes (watches excluded: they stay open). Its init socket has no boot control (as on a
+// host liken's init did not boot), so the release, trial and reboot machinery is off: the
+// figure says so. TestIdleMachinesOnlyWatch checks an idle agent with that machinery on
+// (and the coordinator) makes no request but its watches.
 func BenchmarkAgentIdle(b *testing.B) {
 	name := fmt.Sprintf("idle-%d", benchRuns.Add(1))
 	f := setup(b, map[string]v1alpha1.Role{name: v1alpha1.RoleAgent})
@@ -151,7 +154,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 	b.ReportMetric(float64(rss)/1024, "rss-MiB")
 	b.ReportMetric(perMin, "api-req/min")
 	b.ReportMetric(0, "ns/op")
-	apiserver.Report("agent idle (own process, %s window): resident memory %.1f MiB, %.1f API requests/min besides watches %v, %.0f watches opened in all",
+	apiserver.Report("agent idle (own process, without init's boot control: releases, trials and reboots off; %s window): resident memory %.1f MiB, %.1f API requests/min besides watches %v, %.0f watches opened in all",
 		window, float64(rss)/1024, perMin, detail, after["WATCH"])
 }
 
