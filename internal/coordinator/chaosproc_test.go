@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/kube"
 )
 
@@ -133,38 +134,15 @@ func (a *procAgent) acting(on bool) {
 	}
 }
 
-// save writes the state file as a real agent does: to a temporary file, synced, renamed
-// over the old one, the directory synced; a kill at any point leaves the old or the new.
+// save writes the state file as a real agent does (atomicfile.Write: a temporary file,
+// synced, renamed over the old one, the directory synced): a kill at any point leaves the
+// old or the new.
 func (a *procAgent) save() error {
 	b, err := json.Marshal(a.done)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(a.state, "done.json.tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(a.state, "done.json")); err != nil {
-		return err
-	}
-	d, err := os.Open(a.state)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(filepath.Join(a.state, "done.json"), b, 0o644)
 }
 
 // step is one look at the API and at most one action, as an agent's reconcile pass. The
