@@ -8,8 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
@@ -114,18 +112,7 @@ func TestIdleMachinesOnlyWatch(t *testing.T) {
 
 // reportNode reports a Node's status again with a new heartbeat time, as its kubelet does.
 func (f *fixture) reportNode(t *testing.T, name string) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range n.Status.Conditions {
-			n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
-		}
-		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	if err := apiserver.Heartbeat(context.Background(), f.admin, name); err != nil {
 		t.Errorf("reporting Node %s: %v", name, err)
 	}
 }

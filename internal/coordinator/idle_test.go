@@ -95,18 +95,7 @@ func countsUnavailable(st v1alpha1.ClusterStatus, down, n int) bool {
 // heartbeat time.
 func (f *fleetFixture) heartbeat(node string) {
 	f.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range n.Status.Conditions {
-			n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
-		}
-		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	if err := apiserver.Heartbeat(context.Background(), f.admin, node); err != nil {
 		f.t.Errorf("reporting Node %s: %v", node, err)
 	}
 }

@@ -1,9 +1,14 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // RequestLog records the API requests sent through a client config (rest.Config.Wrap with
@@ -60,3 +65,19 @@ func (l *RequestLog) RenewedSince(renewals int) int {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Heartbeat reports a Node's status again as its kubelet does with nothing changed: the
+// same status, a new heartbeat time. The idle tests use it to make components plan again.
+func Heartbeat(ctx context.Context, kc kubernetes.Interface, node string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range n.Status.Conditions {
+			n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+		}
+		_, err = kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
