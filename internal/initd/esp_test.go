@@ -215,4 +215,3 @@ func TestESPLeftMounted(t *testing.T) {
 		t.Errorf("%d mounts at the ESP's mount point, want only its private bind", n)
 	}
 }
-
