@@ -243,8 +243,6 @@ func trialWaits(out *outcome, k3sRestartPending bool) string {
 		return "k3s is not healthy: " + out.k3sUnhealthy
 	case out.nodeStale != "":
 		return out.nodeStale
-	case !out.nodeFound:
-		return "the Node is not registered (k3s has not joined)"
 	case !out.nodeReady:
 		return "the Node is not Ready"
 	case k3sRestartPending:

@@ -26,16 +26,10 @@ type rebootView struct {
 // apply (a bad sysctl, say) is reported in the conditions but does not hold the turn: it
 // has nothing to do with the reboot, and holding the turn would stall the fleet.
 func (a *Agent) healthy(out *outcome) (bool, string) {
-	switch {
-	case out.k3sUnhealthy != "":
-		return false, "k3s is not healthy yet: " + out.k3sUnhealthy
-	case out.nodeStale != "":
-		return false, out.nodeStale
-	case !out.nodeReady:
-		return false, "the Node is not Ready yet"
-	case a.st.K3sRestartPending:
-		return false, "k3s restarts for new configuration first"
-	case a.bootInfo != nil && a.bootInfo.Trial && !a.bootInfo.Committed:
+	if why := trialWaits(out, a.st.K3sRestartPending); why != "" {
+		return false, why // what a trial's commit waits for is this boot's health
+	}
+	if a.bootInfo != nil && a.bootInfo.Trial && !a.bootInfo.Committed {
 		return false, "the trial boot is not committed yet"
 	}
 	return true, ""
