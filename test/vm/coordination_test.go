@@ -266,7 +266,10 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 	j := joinMachines(t, apiserver.Options{ControllerManager: true,
 		Controllers:           "node-lifecycle-controller,serviceaccount-controller",
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s", "--node-monitor-period=2s"},
-	}, 512, []string{vmMachine, vmAgent}, "")
+	}, 512, []string{vmMachine, vmAgent}, "liken.test.k3s-fault=slow-start=25s")
+	// slow-start: k3s starts 25 s into each boot, so a rebooting machine's kubelet is silent
+	// longer than the 20 s grace whatever the emulation's speed, and its Node goes NotReady:
+	// the health-gate check below needs that NotReady, on a fast host too.
 	// Two machines on two host cores: one vCPU each.
 	one := Speed{CPUs: 1, Icount: DefaultSpeed().Icount}
 	vms := map[string]*VM{
