@@ -49,7 +49,7 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 	}
 	fmt.Fprintf(out, "building the stand-in release %s from %s\n", version, st.Source)
 	cache, _ := os.UserCacheDir()
-	if _, _, err := release.Build(release.BuildOptions{Version: version, Source: st.Source, StandIn: true, Out: relDir,
+	if _, _, err := release.DefaultCache().Build(release.BuildOptions{Version: version, Source: st.Source, StandIn: true, Out: relDir,
 		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: out}); err != nil {
 		os.RemoveAll(relDir)
 		return "", fmt.Errorf("building the release: %w", err)

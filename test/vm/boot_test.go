@@ -25,8 +25,12 @@ func TestBootToSystemStage(t *testing.T) {
 		sizes[f.Name] = f.Size
 	}
 	file := func(n string) int64 { st, _ := os.Stat(rel.Path(n)); return st.Size() }
-	report.Line("release build (stand-in k3s): %s; slot image %d bytes holding vmlinuz %d, initramfs %d, rootfs %d bytes",
-		rel.Took.Round(time.Second), sizes["slot.img"], file("vmlinuz"), file("initramfs.img"), file("rootfs.squashfs"))
+	how := "built in"
+	if rel.Cached {
+		how = "from the release cache (checked and copied) in"
+	}
+	report.Line("release (stand-in k3s) %s %s; slot image %d bytes holding vmlinuz %d, initramfs %d, rootfs %d bytes",
+		how, rel.Took.Round(time.Second), sizes["slot.img"], file("vmlinuz"), file("initramfs.img"), file("rootfs.squashfs"))
 	disk := filepath.Join(t.TempDir(), "disk.img")
 	slotMiB := int(st.Size()>>20) + 8
 	if err := GPTDisk(disk, 2*slotMiB+8, []Partition{{Label: "liken-slot-a", SizeMiB: slotMiB, Image: rel.Path("slot.img")}, {Label: "liken-slot-b", SizeMiB: slotMiB}}); err != nil {
