@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,14 +31,20 @@ type event struct {
 // vmPackage is the VM tier, whose tests are listed one by one.
 const vmPackage = "liken.dev/liken/test/vm"
 
-// bootsLine is what the VM tier logs for each machine it stopped (test/vm bootWith).
-var bootsLine = regexp.MustCompile(`liken-ledger: boots (\d+)`)
+// bootsLine is what the VM tier logs for each machine it stopped (test/vm bootWith);
+// waitLine, how long a VM test waited for a slot (test/vm vmTest), which go test counts in
+// its time and the ledger does not.
+var (
+	bootsLine = regexp.MustCompile(`liken-ledger: boots (\d+)`)
+	waitLine  = regexp.MustCompile(`liken-ledger: waited ([0-9.]+)s for a VM slot`)
+)
 
 type entry struct {
 	name    string
 	seconds float64
 	boots   int
 	failed  bool
+	waited  float64
 }
 
 type ledger struct {
@@ -80,16 +87,20 @@ func (l *ledger) add(e event, out io.Writer) {
 			n, _ := strconv.Atoi(m[1])
 			t.boots += n
 		}
+		if m := waitLine.FindStringSubmatch(e.Output); m != nil {
+			t.waited, _ = strconv.ParseFloat(m[1], 64)
+		}
 		if e.Action == "pass" || e.Action == "fail" {
-			t.seconds, t.failed = e.Elapsed, e.Action == "fail"
+			t.seconds, t.failed = max(0, e.Elapsed-t.waited), e.Action == "fail"
 		}
 	case e.Test != "" && e.Action == "fail":
 		l.failed = true
 	}
 }
 
-// table is the ledger as text: packages, then VM tests, each sorted longest first.
-func (l *ledger) table(total time.Duration) (string, []*entry) {
+// table is the ledger as text: packages, then VM tests, each sorted longest first, and
+// the host's CPU use over the run (cpu, a fraction; negative when unknown).
+func (l *ledger) table(total time.Duration, cpu float64) (string, []*entry) {
 	var b strings.Builder
 	sorted := func(m map[string]*entry) []*entry {
 		var out []*entry
@@ -114,13 +125,16 @@ func (l *ledger) table(total time.Duration) (string, []*entry) {
 	}
 	fmt.Fprintf(&b, "%-60s %8.1f\n", "sum of packages", sum)
 	if len(tests) > 0 {
-		fmt.Fprintf(&b, "%-60s %8s %6s\n", "VM test", "seconds", "boots")
+		fmt.Fprintf(&b, "%-60s %8s %6s\n", "VM test (its own time, the wait for a slot aside)", "seconds", "boots")
 		for _, e := range tests {
 			fmt.Fprintf(&b, "%-60s %8.1f %6d%s\n", e.name, e.seconds, e.boots, failedMark(e))
 		}
 	}
 	if total > 0 {
 		fmt.Fprintf(&b, "%-60s %8.0f\n", "go test wall time", total.Seconds())
+	}
+	if cpu >= 0 {
+		fmt.Fprintf(&b, "%-60s %7.0f%%\n", fmt.Sprintf("host CPU busy over the run (%d cores)", runtime.NumCPU()), 100*cpu)
 	}
 	all := append(append([]*entry(nil), pkgs...), tests...)
 	sort.SliceStable(all, func(i, j int) bool { return all[i].seconds > all[j].seconds })
@@ -134,7 +148,51 @@ func failedMark(e *entry) string {
 	return ""
 }
 
-func run(in io.Reader, out io.Writer, total func() time.Duration) (failed bool, err error) {
+// cpuMeter measures how busy the host's CPUs were between its start and busy, from
+// /proc/stat: whether the tests left cores idle that more parallel work could use.
+type cpuMeter struct{ busy0, all0 uint64 }
+
+func cpuTimes() (busy, all uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, v := range f[1:8] { // user nice system idle iowait irq softirq
+		n, _ := strconv.ParseUint(v, 10, 64)
+		all += n
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return busy, all, true
+}
+
+func startCPUMeter() *cpuMeter {
+	busy, all, ok := cpuTimes()
+	if !ok {
+		return nil
+	}
+	return &cpuMeter{busy, all}
+}
+
+// busy is the fraction of CPU time spent busy since the start, or -1 when unknown.
+func (m *cpuMeter) busy() float64 {
+	if m == nil {
+		return -1
+	}
+	busy, all, ok := cpuTimes()
+	if !ok || all == m.all0 {
+		return -1
+	}
+	return float64(busy-m.busy0) / float64(all-m.all0)
+}
+
+func run(in io.Reader, out io.Writer, total func() time.Duration, cpu func() float64) (failed bool, err error) {
 	l := &ledger{packages: map[string]*entry{}, tests: map[string]*entry{}, output: map[string]*strings.Builder{}}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -150,7 +208,7 @@ func run(in io.Reader, out io.Writer, total func() time.Duration) (failed bool, 
 	if err := sc.Err(); err != nil {
 		return true, fmt.Errorf("reading go test's output: %w", err)
 	}
-	text, top := l.table(total())
+	text, top := l.table(total(), cpu())
 	fmt.Fprint(out, "\n"+text)
 	if path := os.Getenv("LIKEN_TEST_REPORT"); path != "" {
 		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -172,8 +230,8 @@ func run(in io.Reader, out io.Writer, total func() time.Duration) (failed bool, 
 }
 
 func main() {
-	start := time.Now()
-	failed, err := run(os.Stdin, os.Stdout, func() time.Duration { return time.Since(start) })
+	start, meter := time.Now(), startCPUMeter()
+	failed, err := run(os.Stdin, os.Stdout, func() time.Duration { return time.Since(start) }, meter.busy)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledger:", err)
 		os.Exit(2)

@@ -18,7 +18,8 @@ func TestLedger(t *testing.T) {
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestA"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 3\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 2\n"}
-{"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestA","Elapsed":300.5}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    main_test.go:1: liken-ledger: waited 100.0s for a VM slot\n"}
+{"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestA","Elapsed":400.5}
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB"}
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB/sub"}
 {"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestB/sub","Elapsed":1}
@@ -30,7 +31,7 @@ func TestLedger(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "figures")
 	t.Setenv("LIKEN_TEST_REPORT", report)
 	var out strings.Builder
-	failed, err := run(strings.NewReader(in), &out, func() time.Duration { return 1300 * time.Second })
+	failed, err := run(strings.NewReader(in), &out, func() time.Duration { return 1300 * time.Second }, func() float64 { return 0.625 })
 	if err != nil || !failed {
 		t.Fatalf("failed %v, err %v; want a failure reported", failed, err)
 	}
@@ -44,6 +45,7 @@ func TestLedger(t *testing.T) {
 		"test/vm TestB", "900.0      0  FAIL",
 		"test/vm TestA", "300.5      5",
 		"go test wall time", "1300",
+		"host CPU busy over the run", "62%",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the output lacks %q:\n%s", want, got)
@@ -64,12 +66,25 @@ func TestLedger(t *testing.T) {
 	}
 }
 
+// TestCPUMeter: the meter reads this host's /proc/stat, and a busy loop shows as busy.
+func TestCPUMeter(t *testing.T) {
+	m := startCPUMeter()
+	if m == nil {
+		t.Fatal("no /proc/stat to read")
+	}
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+	}
+	if b := m.busy(); b <= 0 || b > 1 {
+		t.Errorf("busy %.3f after a busy loop; want in (0, 1]", b)
+	}
+}
+
 // TestLedgerPasses: a run with no failure exits 0.
 func TestLedgerPasses(t *testing.T) {
 	t.Setenv("LIKEN_TEST_REPORT", "")
 	in := `{"Action":"pass","Package":"liken.dev/liken/internal/state","Elapsed":0.1}` + "\n"
 	var out strings.Builder
-	if failed, err := run(strings.NewReader(in), &out, func() time.Duration { return 0 }); failed || err != nil {
+	if failed, err := run(strings.NewReader(in), &out, func() time.Duration { return 0 }, func() float64 { return -1 }); failed || err != nil {
 		t.Errorf("failed %v, err %v", failed, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/cli"
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/install"
@@ -58,7 +60,8 @@ func standaloneFleet(t *testing.T, machines ...lab.Machine) *standalone {
 		t.Fatal(err)
 	}
 	s := &standalone{channel: ch, disks: map[string]string{}, apiPort: apiserver.FreePort(),
-		private: fmt.Sprintf("230.0.0.1:%d", 20000+rand.IntN(10000)), manifests: dir, identity: filepath.Join(t.TempDir(), "identity")}
+		// The labs' private networks are on ports 20000-29999.
+		private: fmt.Sprintf("230.0.0.1:%d", 30000+rand.IntN(10000)), manifests: dir, identity: filepath.Join(t.TempDir(), "identity")}
 	res := s.layers(t, docs)
 	s.kubeconfig = res.Kubeconfig
 	for _, m := range machines {
@@ -180,6 +183,7 @@ var (
 // layer and makes only that Machine (an operator's edits to the Cluster and to lab-agent
 // stand), and the new agent joins.
 func TestClusterStandsUpByItself(t *testing.T) {
+	vmTest(t)
 	s := standaloneFleet(t, labServer, labAgent)
 	start := time.Now()
 	vms := map[string]*VM{
@@ -239,12 +243,21 @@ func TestClusterStandsUpByItself(t *testing.T) {
 	if strings.Contains(vms["lab-agent"].Console(), "liken-init: reboot: ") {
 		t.Errorf("lab-agent rebooted for a live change")
 	}
-	events, _ := s.admin.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=lab-agent"})
-	var reasons []string
-	for _, e := range events.Items {
-		reasons = append(reasons, e.Reason)
+	// The agent says what it applied, and how, in an Event (sent soon after, not before).
+	var applied []string
+	wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		events, err := s.admin.CoreV1().Events(authority.EventNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=lab-agent"})
+		applied = nil
+		for _, e := range events.Items {
+			if e.Reason == "Applied" {
+				applied = append(applied, e.Message)
+			}
+		}
+		return err == nil && slices.ContainsFunc(applied, func(m string) bool { return strings.Contains(m, "applied live") && strings.Contains(m, "sysctls") }), nil
+	})
+	if !slices.ContainsFunc(applied, func(m string) bool { return strings.Contains(m, "applied live") && strings.Contains(m, "sysctls") }) {
+		t.Errorf("no Applied Event saying the sysctl edit was applied live on lab-agent within a minute; Applied Events: %q", applied)
 	}
-	t.Logf("lab-agent's Events: %v", reasons)
 	// Bootstrap with a newer layer. An operator edits the Cluster, then builds the layers again
 	// with one more Machine; the server boots with the new layer (a power cycle here), and
 	// makes lab-agent-3 without touching what exists; lab-agent-3 then joins.

@@ -55,7 +55,9 @@ func runGoTestsInVM(t *testing.T, pkg, run string, modules ...string) string {
 	v := bootWith(t, Options{Kernel: k.Vmlinuz(), Initrd: initrdPath, MemoryMiB: 512,
 		Append: "console=ttyS0 panic=-1 -- -test.v -test.run=" + run})
 	expect(t, v, vmtest.ExitMarker, 5*time.Minute)
-	v.Wait(30 * time.Second)
+	if _, err := v.Wait(30 * time.Second); err != nil {
+		t.Errorf("after the tests: %v", err)
+	}
 	console := v.Console()
 	if !strings.Contains(console, vmtest.ExitMarker+"0") {
 		t.Errorf("%s's tests failed in the VM:\n%s", pkg, console)
@@ -68,6 +70,7 @@ func runGoTestsInVM(t *testing.T, pkg, run string, modules ...string) string {
 // bond fails over when its active member loses its link; VLAN 100 reaches its own peer and
 // not VLAN 200's.
 func TestNetworkPortsInVM(t *testing.T) {
+	vmTest(t)
 	start := time.Now()
 	console := runGoTestsInVM(t, "./internal/host/network/", "^(TestBondFailsOver|TestVLANCarriesItsOwnTraffic)$",
 		"bonding", "8021q", "veth", "bridge")

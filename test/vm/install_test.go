@@ -221,6 +221,14 @@ func bootWith(t *testing.T, opts Options) *VM {
 	return v
 }
 
+// poweredOff waits for a machine that said its shutdown is complete to power off.
+func poweredOff(t *testing.T, v *VM) {
+	t.Helper()
+	if _, err := v.Wait(60 * time.Second); err != nil {
+		t.Fatalf("after its shutdown: %v", err)
+	}
+}
+
 func expect(t *testing.T, v *VM, marker string, timeout time.Duration) time.Duration {
 	t.Helper()
 	d, err := v.WaitFor(t.Context(), marker, timeout)
@@ -233,6 +241,7 @@ func expect(t *testing.T, v *VM, marker string, timeout time.Duration) time.Dura
 // TestInstallAndBootSlotA installs a disk image and boots it through OVMF and GRUB: slot A,
 // not a trial, into the system stage.
 func TestInstallAndBootSlotA(t *testing.T) {
+	vmTest(t)
 	d := installed(t, "quiet liken.test=poweroff liken.test.trap-sigterm", "server-1")
 	parts, err := disk.Read(d)
 	if err != nil {
@@ -255,15 +264,15 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	// A process left after k3s (as a container's is) gets SIGTERM, and the shutdown that
 	// waited for it is clean: the state file system is marked clean on the disk.
 	expect(t, v, "traps SIGTERM", 60*time.Second)
-	got := expect(t, v, "got SIGTERM; exiting in 1 s", 120*time.Second)
-	done := expect(t, v, "liken-init: shutdown clean in", 60*time.Second)
+	expect(t, v, "got SIGTERM; exiting in 1 s", 120*time.Second)
+	expect(t, v, "liken-init: shutdown clean in", 60*time.Second)
 	expect(t, v, "liken-init: shutdown complete", 60*time.Second)
 	off, err := v.Wait(60 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done < got {
-		t.Errorf("the shutdown finished (%s) before the trapping process got SIGTERM (%s)", done, got)
+	if !inOrder(v.Console(), "got SIGTERM; exiting in 1 s", "liken-init: shutdown clean in") {
+		t.Errorf("the shutdown finished before the trapping process got SIGTERM")
 	}
 	parts, perr := disk.Read(d)
 	if perr != nil {
@@ -281,6 +290,7 @@ func TestInstallAndBootSlotA(t *testing.T) {
 // GRUB consumes the trial, cannot load B, boots the last good slot A; the trial is gone from
 // the environment block afterwards.
 func TestTrialOfBrokenSlotFallsBack(t *testing.T) {
+	vmTest(t)
 	d := installed(t, "quiet liken.test=poweroff liken.test.stage=system", "server-1")
 	// Arguments that would switch liken's boot off if they won (the API refuses them; written
 	// here into the environment directly): liken's own arguments come last, so they win.
@@ -327,11 +337,12 @@ func kernelTime(console, marker string) string {
 // init finds agent-1's manifest by hardware match. Booted with an unknown MAC, it says no
 // Machine matches and never starts k3s.
 func TestMachineFoundByMAC(t *testing.T) {
+	vmTest(t)
 	d := installedAgent(t)
 	v := bootUEFI(t, d, false, "52:54:00:00:01:02")
 	expect(t, v, "liken-init: this is Machine agent-1 (agent, found by MAC 52:54:00:00:01:02)", 180*time.Second)
 	expect(t, v, "liken-init: shutdown complete", 120*time.Second)
-	v.Wait(60 * time.Second)
+	poweredOff(t, v)
 
 	d2 := installedAgent(t)
 	v2 := bootUEFI(t, d2, false, "52:54:00:aa:bb:cc")

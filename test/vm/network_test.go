@@ -30,6 +30,7 @@ func linkMTU(m *v1alpha1.Machine, name string) int32 {
 // failure and init's reason in status, and no further reboot for those settings. A good
 // change (an MTU) boots as a trial and commits.
 func TestNetworkChangeIsATrial(t *testing.T) {
+	vmTest(t)
 	j := joinCluster(t, "liken.trial.deadline=90")
 	vm := bootUEFI(t, j.disk, true, vmMAC)
 	j.waitMachine(t, "Ready with nothing pending", 5*time.Minute, func(m *v1alpha1.Machine) bool {
@@ -49,6 +50,10 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 	expectAfter(t, vm, mark, "liken-init: network and disks: this trial boot tries the staged settings", 5*time.Minute)
 	expectAfter(t, vm, mark, "missed its health deadline", 5*time.Minute)
 	expectAfter(t, vm, mark, "liken-init: network and disks: the last good settings", 3*time.Minute)
+	if !inOrder(vm.Console()[mark:], "liken-init: network and disks: this trial boot tries the staged settings", "missed its health deadline",
+		"liken-init: network and disks: the last good settings") {
+		t.Errorf("the trial, its missed deadline and the fallback to the last good settings are not in that order on the console")
+	}
 	m := j.waitMachine(t, "the failed trial reported, Ready on the old network", 5*time.Minute, func(m *v1alpha1.Machine) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
 		return c != nil && c.Status == "True" && c.Reason == v1alpha1.ReasonHealthDeadline && strings.Contains(c.Message, "spec.network failed their trial") &&

@@ -218,6 +218,7 @@ spec:
 // k3s stand-in in the VM registers the Node and keeps it Ready, and the agent in the VM
 // reports the machine's hardware and applies its node label.
 func TestInstalledMachineJoinsTheAPI(t *testing.T) {
+	vmTest(t)
 	j := joinAs(t, vmMachineDHCP, "")
 	admin, lc, d := j.admin, j.lc, j.disk
 	vm := bootUEFI(t, d, false, "52:54:00:12:34:01")
@@ -280,8 +281,9 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 			t.Errorf("no %q on the console", line)
 		}
 	}
-	if id := n.Status.NodeInfo.MachineID; !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
-		t.Errorf("the Node's machine ID %q is not the one init made (/etc/machine-id)", id)
+	made := regexp.MustCompile(`liken-init: made this machine's ID ([0-9a-f]{32}) `).FindStringSubmatch(vm.Console())
+	if id := n.Status.NodeInfo.MachineID; made == nil || id != made[1] {
+		t.Errorf("the Node's machine ID %q is not the one init made (/etc/machine-id): %q", id, made)
 	}
 	// The disks' partitions and the links, as the machine has them.
 	var state *v1alpha1.PartitionInfo

@@ -19,6 +19,7 @@ import (
 // a disk (virtio-blk with logical_block_size=4096): the firmware finds GRUB on the ESP,
 // GRUB and Linux read the slot, init mounts the state partition and starts k3s.
 func TestDiskOf4096ByteSectors(t *testing.T) {
+	vmTest(t)
 	img := filepath.Join(t.TempDir(), "4k.img")
 	target, _, done := installTarget(t, img, testLayout.MinSizeMiB()+16, 4096)
 	publishedRelease(t) // built before the install is timed
@@ -40,7 +41,7 @@ func TestDiskOf4096ByteSectors(t *testing.T) {
 	expect(t, v, "liken-init: state partition /dev/vda5 mounted on /var", 60*time.Second)
 	k3s := expect(t, v, "liken-init: started k3s", 120*time.Second)
 	expect(t, v, "liken-init: shutdown complete", 120*time.Second)
-	v.Wait(60 * time.Second)
+	poweredOff(t, v)
 	report.Line("disk of 4096-byte sectors: install onto a 4096-byte-sector loop device %s; booted through GRUB to k3s in %s (TCG)", took.Round(100*time.Millisecond), k3s.Round(100*time.Millisecond))
 }
 
