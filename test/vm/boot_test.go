@@ -15,6 +15,7 @@ import (
 // its partition label, mounts the image read-only, switches into it and reaches the system
 // stage, which powers off in test mode.
 func TestBootToSystemStage(t *testing.T) {
+	vmTest(t)
 	rel, err := BuildRelease(releaseA)
 	if err != nil {
 		t.Fatal(err)

@@ -263,6 +263,7 @@ func (j *joined) podOn(t *testing.T, node, name string, grace int64) {
 // they reboot one after the other (the coordinator's own machine last), never both at once,
 // as the recorded Node conditions and turns show.
 func TestTwoMachinesTakeTurns(t *testing.T) {
+	vmTest(t)
 	j := joinMachines(t, apiserver.Options{ControllerManager: true,
 		Controllers:           "node-lifecycle-controller,serviceaccount-controller",
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s", "--node-monitor-period=2s"},

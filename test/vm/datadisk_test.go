@@ -124,6 +124,7 @@ func partitionFiles(t *testing.T, img string, n int) string {
 // nothing to start on, and the boot after runs the last good disks, with the failure and
 // init's reason in status.
 func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
+	vmTest(t)
 	held := dataDisk(t, "held", 96)
 	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", "-L", "old-data", held).CombinedOutput(); err != nil {
 		t.Fatalf("mke2fs: %v: %s", err, out)

@@ -20,6 +20,7 @@ import (
 // pick_env (bootloader.EnvSelect, the text grub.cfg runs). For every cut, GRUB reads the
 // intent before the update or after it, the same one init reads.
 func TestGRUBReadsEveryPowerCut(t *testing.T) {
+	vmTest(t)
 	work := t.TempDir()
 	esp := filepath.Join(work, "esp")
 	os.MkdirAll(filepath.Join(esp, bootloader.ConfigDir), 0o755)

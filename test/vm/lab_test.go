@@ -31,6 +31,7 @@ import (
 // fleet to a second release (the server's reboot taking the API down), rollback takes it back
 // without a download; down leaves no process and no file.
 func TestLabUpAndDown(t *testing.T) {
+	vmTest(t)
 	bin := filepath.Join(t.TempDir(), "liken")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/liken").CombinedOutput(); err != nil {
 		t.Fatalf("building liken: %v\n%s", err, out)

@@ -215,6 +215,7 @@ func hasPending(m *v1alpha1.Machine, field string) bool {
 // committed; then this machine alone rolled back to A: no download, A tried and committed.
 // The disk has 4096-byte sectors.
 func TestUpgradeCommitAndRollback(t *testing.T) {
+	vmTest(t)
 	// late-boot-id: after each boot, k3s's Node keeps the boot before's system info (and its
 	// Ready) for 40 s, as when a kubelet has not reported yet: a trial must not commit on it.
 	// On a disk of 4096-byte sectors, as many servers' are: install, boot, the slot write and
@@ -408,6 +409,7 @@ func expectAfter(t *testing.T, v *VM, mark int, marker string, timeout time.Dura
 // ready, power cut during the trial). Each ends on slot A with the reason in status, and
 // B is tried again only when the Machine changes and names it in spec.retryFailedDigest.
 func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
+	vmTest(t)
 	j := joinCluster(t, "liken.trial.deadline=60 liken.watchdog=20", releaseB)
 	// This machine runs at another speed than the rest of the tier, so a timing assumption
 	// that holds at one speed fails here rather than on a user's machine.
@@ -530,6 +532,7 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 // says so and the next boot writes B again); then B is damaged on disk while the machine is
 // off, and the next boot finds it corrupt before it is ever tried and writes it again.
 func TestSlotWriteInterruptedAndCorrupted(t *testing.T) {
+	vmTest(t)
 	j := joinCluster(t, "", releaseB)
 	j.channel.rate.Store(4 << 20) // 4 MiB/s: the write takes about ten seconds
 	vm := bootUEFI(t, j.disk, true, vmMAC)
