@@ -112,7 +112,7 @@ func (s *standalone) install(t *testing.T, m lab.Machine, res *identity.Result) 
 func (s *standalone) ready(t *testing.T, since time.Time, timeout time.Duration, names ...string) map[string]time.Duration {
 	t.Helper()
 	ready := map[string]time.Duration{}
-	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err := waitUntil(t, "Ready: "+strings.Join(names, ", "), 2*time.Second, timeout, func(ctx context.Context) (bool, error) {
 		for _, name := range names {
 			if ready[name] > 0 {
 				continue
@@ -129,7 +129,7 @@ func (s *standalone) ready(t *testing.T, since time.Time, timeout time.Duration,
 		return len(ready) == len(names), nil
 	})
 	if err != nil {
-		t.Fatalf("not every machine was Ready after %s (Ready: %v)", timeout, ready)
+		t.Fatalf("not every machine was Ready: %v (Ready: %v)", err, ready)
 	}
 	return ready
 }

@@ -168,7 +168,7 @@ func (r *fleetRecord) at(m map[string]time.Time, name string) time.Time {
 func (j *joined) waitFleet(t *testing.T, name, what string, timeout time.Duration, ok func(*v1alpha1.Machine, *corev1.Node) bool) {
 	t.Helper()
 	var last *v1alpha1.Machine
-	err := wait.PollUntilContextTimeout(t.Context(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err := waitUntil(t, name+": "+what, time.Second, timeout, func(ctx context.Context) (bool, error) {
 		m, err := j.lc.Machine(ctx, name)
 		if err != nil {
 			return false, nil
@@ -180,7 +180,7 @@ func (j *joined) waitFleet(t *testing.T, name, what string, timeout time.Duratio
 	if err != nil {
 		b, _ := json.MarshalIndent(last, "", "  ")
 		c, _ := j.lc.Cluster(context.Background())
-		t.Fatalf("%s: %s never happened within %s; last Machine:\n%s\nthe Cluster's status: %+v", name, what, timeout, b, c.Status)
+		t.Fatalf("%s: %s never happened: %v; last Machine:\n%s\nthe Cluster's status: %+v", name, what, err, b, c.Status)
 	}
 }
 

@@ -201,6 +201,7 @@ func bootWith(t *testing.T, opts Options) *VM {
 	if err != nil {
 		t.Fatal(err)
 	}
+	register(t, v)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("console:\n%s", v.Console())

@@ -39,6 +39,7 @@ var expectedSeconds = map[string]int{
 	"TestNetworkPortsInVM":                  40,
 	"TestGRUBReadsEveryPowerCut":            30,
 	"TestBootToSystemStage":                 15,
+	"TestWaitEndsWhenAMachineStops":         15,
 }
 
 func TestMain(m *testing.M) {

@@ -12,7 +12,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	"liken.dev/liken/api/v1alpha1"
@@ -29,7 +28,7 @@ const vmMAC = "52:54:00:12:34:01"
 func (j *joined) waitMachine(t *testing.T, what string, timeout time.Duration, ok func(*v1alpha1.Machine) bool) *v1alpha1.Machine {
 	t.Helper()
 	var last *v1alpha1.Machine
-	err := wait.PollUntilContextTimeout(t.Context(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err := waitUntil(t, "vm-1: "+what, time.Second, timeout, func(ctx context.Context) (bool, error) {
 		m, err := j.lc.Machine(ctx, "vm-1")
 		if err != nil {
 			return false, nil
@@ -39,7 +38,7 @@ func (j *joined) waitMachine(t *testing.T, what string, timeout time.Duration, o
 	})
 	if err != nil {
 		b, _ := json.MarshalIndent(last, "", "  ")
-		t.Fatalf("vm-1: %s never happened within %s; last Machine:\n%s", what, timeout, b)
+		t.Fatalf("vm-1: %s never happened: %v; last Machine:\n%s", what, err, b)
 	}
 	return last
 }
@@ -148,7 +147,7 @@ func (j *joined) watchRebootStates(t *testing.T, name string) func() []v1alpha1.
 // schedulable again.
 func (j *joined) waitTurnBack(t *testing.T) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := waitUntil(t, "vm-1's turn given back", time.Second, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		c, err := j.lc.Cluster(ctx)
 		if err != nil {
 			return false, nil
@@ -158,7 +157,7 @@ func (j *joined) waitTurnBack(t *testing.T) {
 	})
 	if err != nil {
 		c, _ := j.lc.Cluster(context.Background())
-		t.Fatalf("vm-1's turn was not given back (or its Node left cordoned) after its reboot: turns %+v", c.Status.Turns)
+		t.Fatalf("vm-1's turn was not given back (or its Node left cordoned) after its reboot: %v; turns %+v", err, c.Status.Turns)
 	}
 }
 

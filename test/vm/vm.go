@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
@@ -112,6 +113,19 @@ type VM struct {
 	done    chan struct{}
 	err     error
 	start   time.Time
+	ended   time.Time
+	// expected: the test stopped the machine (Kill) or waited for it to power off (Wait).
+	expected atomic.Bool
+}
+
+// stoppedByItself: the machine stopped, and the test neither stopped it nor waited for it to.
+func (v *VM) stoppedByItself() bool {
+	select {
+	case <-v.done:
+		return !v.expected.Load()
+	default:
+		return false
+	}
 }
 
 // Boot starts QEMU.
@@ -140,6 +154,7 @@ func Boot(opts Options) (*VM, error) {
 	}
 	go func() {
 		v.err = v.cmd.Wait()
+		v.ended = time.Now()
 		close(v.done)
 	}()
 	return v, nil
@@ -207,6 +222,7 @@ func (v *VM) WaitForAfter(ctx context.Context, from int, marker string, timeout 
 
 // Wait waits for QEMU to exit (a power-off) and returns the time since boot.
 func (v *VM) Wait(timeout time.Duration) (time.Duration, error) {
+	v.expected.Store(true)
 	select {
 	case <-v.done:
 		return time.Since(v.start), v.err
@@ -217,6 +233,7 @@ func (v *VM) Wait(timeout time.Duration) (time.Duration, error) {
 
 // Kill stops QEMU at once: a power cut.
 func (v *VM) Kill() {
+	v.expected.Store(true)
 	v.cmd.Process.Kill()
 	<-v.done
 }
