@@ -17,6 +17,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/cli"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
@@ -289,10 +290,17 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 		t.Errorf("after the commit the boot loader's environment is %v; want default B, no trial", env)
 	}
 
-	// Roll this machine back: slot A still holds A.
+	// Roll this machine back, as an operator does, with `liken rollback`: slot A still
+	// holds A, so nothing is downloaded.
 	mark = vm.Mark()
 	start = time.Now()
-	j.editMachine(t, func(m *v1alpha1.Machine) { m.Spec.Version = releaseA })
+	var stdout, stderr strings.Builder
+	if code := cli.Run(t.Context(), []string{"rollback", releaseA, "--machine", "vm-1", "--kubeconfig", j.env.AdminKubeconfig}, &stdout, &stderr); code != 0 {
+		t.Fatalf("liken rollback %s --machine vm-1: exit %d\n%s%s", releaseA, code, stdout.String(), stderr.String())
+	}
+	if m := j.machine(t); m.Spec.Version != releaseA {
+		t.Fatalf("liken rollback left vm-1's spec.version %q; want %s", m.Spec.Version, releaseA)
+	}
 	j.waitMachine(t, "release A staged in slot A", 3*time.Minute, func(m *v1alpha1.Machine) bool {
 		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "A" && hasPending(m, "machine.spec.version")
 	})
