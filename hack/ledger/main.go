@@ -37,7 +37,15 @@ const vmPackage = "liken.dev/liken/test/vm"
 var (
 	bootsLine = regexp.MustCompile(`liken-ledger: boots (\d+)`)
 	waitLine  = regexp.MustCompile(`liken-ledger: waited ([0-9.]+)s for a VM slot`)
+	// boundLine is a VM test's wait on the API's state that ended well (test/vm waitUntil).
+	boundLine = regexp.MustCompile(`liken-ledger: wait "(.*)" took (\S+) of its (\S+)`)
 )
+
+// closeCall is a wait that used more than half its bound: the next slower run may fail it.
+type closeCall struct {
+	test, what  string
+	took, bound time.Duration
+}
 
 type entry struct {
 	name    string
@@ -48,9 +56,10 @@ type entry struct {
 }
 
 type ledger struct {
-	packages map[string]*entry
-	tests    map[string]*entry
-	failed   bool
+	closeCalls []closeCall
+	packages   map[string]*entry
+	tests      map[string]*entry
+	failed     bool
 	// output holds each running test's lines, printed only if it fails, as go test
 	// prints them without -v.
 	output map[string]*strings.Builder
@@ -86,6 +95,13 @@ func (l *ledger) add(e event, out io.Writer) {
 		if m := bootsLine.FindStringSubmatch(e.Output); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			t.boots += n
+		}
+		if m := boundLine.FindStringSubmatch(e.Output); m != nil {
+			took, err1 := time.ParseDuration(m[2])
+			bound, err2 := time.ParseDuration(m[3])
+			if err1 == nil && err2 == nil && bound > 0 && took*2 > bound {
+				l.closeCalls = append(l.closeCalls, closeCall{e.Test, m[1], took, bound})
+			}
 		}
 		if m := waitLine.FindStringSubmatch(e.Output); m != nil {
 			t.waited, _ = strconv.ParseFloat(m[1], 64)
@@ -129,6 +145,9 @@ func (l *ledger) table(total time.Duration, cpu float64) (string, []*entry) {
 		for _, e := range tests {
 			fmt.Fprintf(&b, "%-60s %8.1f %6d%s\n", e.name, e.seconds, e.boots, failedMark(e))
 		}
+	}
+	for _, c := range l.closeCalls {
+		fmt.Fprintf(&b, "close call: %s waited %s of its %s for %q\n", c.test, c.took, c.bound, c.what)
 	}
 	if total > 0 {
 		fmt.Fprintf(&b, "%-60s %8.0f\n", "go test wall time", total.Seconds())

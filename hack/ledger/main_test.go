@@ -19,6 +19,8 @@ func TestLedger(t *testing.T) {
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 3\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 2\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    main_test.go:1: liken-ledger: waited 100.0s for a VM slot\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    wait_test.go:1: liken-ledger: wait \"vm-1: release A running\" took 3m1s of its 5m0s\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    wait_test.go:1: liken-ledger: wait \"vm-1: staged\" took 1m0s of its 5m0s\n"}
 {"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestA","Elapsed":400.5}
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB"}
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB/sub"}
@@ -46,6 +48,7 @@ func TestLedger(t *testing.T) {
 		"test/vm TestA", "300.5      5",
 		"go test wall time", "1300",
 		"host CPU busy over the run", "62%",
+		`close call: TestA waited 3m1s of its 5m0s for "vm-1: release A running"`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the output lacks %q:\n%s", want, got)
@@ -56,6 +59,9 @@ func TestLedger(t *testing.T) {
 	}
 	if strings.Contains(got, "vm_test.go:1:") {
 		t.Errorf("a passing test's lines are printed:\n%s", got)
+	}
+	if strings.Contains(got, "vm-1: staged") {
+		t.Errorf("a wait that used a fifth of its bound is listed as a close call:\n%s", got)
 	}
 	if strings.Contains(got, "TestB/sub") {
 		t.Errorf("a subtest is listed:\n%s", got)
