@@ -28,7 +28,7 @@ source tree into a local channel, a Cluster and Machines, their layers, installe
 and the machines booted in QEMU (KVM where it works, else software emulation) on a private
 network between them, the server's API forwarded to a local port. Everything lives in one
 directory; 'liken lab down' stops what 'up' started and removes it.`,
-	}, newLabUp(), newLabStatus(), newLabDown(), newLabPublish(), newLabServeChannel())
+	}, newLabUp(), newLabAdd(), newLabStatus(), newLabDown(), newLabPublish(), newLabServeChannel())
 }
 
 func newLabUp() *cobra.Command {
@@ -92,6 +92,39 @@ Try:
 	f.StringVar(&o.Version, "version", o.Version, "the release's version")
 	f.StringVar(&o.Accel, "accel", o.Accel, "auto (KVM where it boots a kernel here, else software emulation), kvm or tcg")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every machine to be Ready")
+	return cmd
+}
+
+func newLabAdd() *cobra.Command {
+	dir, timeout := defaultLabDir, lab.Defaults.Timeout
+	cmd := &cobra.Command{
+		Use:   "add",
+		Short: "add an agent machine to the lab, as install.md adds a machine: a newer layer for the server, then the new agent",
+		Long: `Adds one agent machine to a running lab the way docs/install.md adds a machine to a
+cluster: the layers are built again with one more Machine from the lab's identity, the server
+is power-cycled with the newer layer (install --layer-only), so that bootstrap makes the new
+Machine and leaves what exists as it is, and the new agent's disk is installed with the
+release the Cluster runs now and booted. It returns once every machine is Ready.`,
+		Example: `  liken lab add
+  liken lab add --dir /tmp/lab`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGHUP)
+			defer stop()
+			m, err := lab.Add(ctx, dir, cmd.ErrOrStderr(), timeout)
+			if err != nil {
+				return err
+			}
+			st, err := lab.Read(dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "\n%s joined the lab.\n\n", m.Name)
+			return printLabStatus(cmd, st)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", dir, "the lab's directory")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long to wait for every machine to be Ready")
 	return cmd
 }
 

@@ -41,6 +41,10 @@ type State struct {
 	ChannelURL string    `json:"channelURL"`
 	ChannelPID int       `json:"channelPID,omitempty"`
 	Machines   []Machine `json:"machines"`
+	// Private is the machines' private network (a QEMU multicast socket) and KVM whether
+	// they run under KVM: what a machine booted later (Add) needs to join them.
+	Private string `json:"private,omitempty"`
+	KVM     bool   `json:"kvm,omitempty"`
 }
 
 // Machine is one machine of the lab.

@@ -1,11 +1,13 @@
 package lab
 
 import (
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUpRefuses: what cannot work is refused with a message that says what to do, before
@@ -69,5 +71,33 @@ func TestUpRefuses(t *testing.T) {
 	o.Dir = running
 	if _, err := Up(t.Context(), o); err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Errorf("a lab whose recorded PID is another program's: %v", err)
+	}
+}
+
+// TestAddRefuses: add refuses, saying what to do and touching nothing, where there is no
+// lab, a lab made before it recorded its private network, or a lab whose machines stopped.
+func TestAddRefuses(t *testing.T) {
+	old := t.TempDir()
+	os.WriteFile(filepath.Join(old, StateFile), []byte(`{"dir":"`+old+`","machines":[{"name":"lab-server-1","role":"server","pid":1}]}`), 0o644)
+	stopped := t.TempDir()
+	os.WriteFile(filepath.Join(stopped, StateFile), []byte(`{"dir":"`+stopped+`","private":"230.0.0.1:20001","machines":[{"name":"lab-server-1","role":"server","pid":1}]}`), 0o644)
+	for _, tc := range []struct{ name, dir, want string }{
+		{"no lab", filepath.Join(t.TempDir(), "none"), "no lab in"},
+		{"a lab made by an older liken", old, "did not record its private network"},
+		{"a machine stopped", stopped, "lab-server-1 is not running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := os.ReadFile(filepath.Join(tc.dir, StateFile))
+			_, err := Add(t.Context(), tc.dir, io.Discard, time.Minute)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Add = %v; want a refusal saying %q", err, tc.want)
+			}
+			if after, _ := os.ReadFile(filepath.Join(tc.dir, StateFile)); string(after) != string(before) {
+				t.Errorf("a refused add changed lab.json")
+			}
+			if ents, _ := os.ReadDir(tc.dir); len(ents) > 1 {
+				t.Errorf("a refused add left files in %s: %v", tc.dir, ents)
+			}
+		})
 	}
 }

@@ -166,6 +166,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	chPort := 20000 + rand.IntN(10000)
 	st.ChannelURL = fmt.Sprintf("http://10.0.2.2:%d/", chPort)
 	private := fmt.Sprintf("230.0.0.1:%d", 20000+rand.IntN(10000))
+	st.Private, st.KVM = private, kvm
 	for i := range o.Servers {
 		st.Machines = append(st.Machines, Machine{Name: fmt.Sprintf("lab-server-%d", i+1), Role: "server", MAC: fmt.Sprintf("52:54:00:12:34:%02x", 1+i),
 			PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x10+i), IP: fmt.Sprintf("192.168.76.%d", 10+i), MemoryMiB: o.ServerMiB})

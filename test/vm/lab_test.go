@@ -9,27 +9,36 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/lab"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
 
-// TestLabUpAndDown runs `liken lab` as a user does, from the built binary: up brings a server
-// and an agent to Ready and says how to reach them; kubectl through its kubeconfig shows both
-// Nodes and Machines; a second up in the same directory, and one on a port in use, are
-// refused with a clear message and start nothing; publish, upgrade and approve-reboot take the
-// fleet to a second release (the server's reboot taking the API down); down leaves no
-// process and no file.
+// TestLabUpAndDown runs `liken lab` as a user does, from the built binary, and with it a
+// cluster that stands up by itself (no API server on the host): up brings a server and an
+// agent to Ready from their layers alone and says how to reach them; bootstrap made the
+// Cluster and the Machines, which report their hardware and slot; kubectl through the
+// layer's admin kubeconfig shows both Nodes and Machines; a sysctl edit applies live; a
+// second up in the same directory, and one on a port in use, are refused with a clear
+// message and start nothing; publish, upgrade and approve-reboot take the fleet to a second
+// release (the server's reboot taking the API down); add brings a third machine in as
+// install.md adds one (the server boots a newer layer and makes only the new Machine, an
+// operator's edits standing); down leaves no process and no file.
 func TestLabUpAndDown(t *testing.T) {
 	vmTest(t)
 	bin := filepath.Join(t.TempDir(), "liken")
@@ -95,6 +104,108 @@ func TestLabUpAndDown(t *testing.T) {
 		}
 	}
 
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 10 * time.Second
+	lc, _ := kube.NewClient(cfg)
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const v1, v2 = "2026.12.01-001", "2026.12.01-002"
+	// The cluster stood up by itself from its layers: bootstrap made the Cluster and the
+	// Machines, which report their hardware and slot.
+	for _, n := range []string{"lab-server-1", "lab-agent-1"} {
+		m, err := lc.Machine(t.Context(), n)
+		if err != nil || m.Status.Hardware == nil || m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Release == nil ||
+			m.Status.Release.Slot != "A" || m.Status.Release.Version != v1 {
+			t.Errorf("%s: %v; status %+v", n, err, m)
+		}
+	}
+	if c, err := lc.Cluster(t.Context()); err != nil || c.Spec.Version != v1 {
+		t.Errorf("the Cluster bootstrap made: %+v, %v", c, err)
+	}
+	serverConsole := filepath.Join(dir, "lab-server-1", "console.log")
+	agentConsole := filepath.Join(dir, "lab-agent-1", "console.log")
+	console := func(path string) string { b, _ := os.ReadFile(path); return string(b) }
+	if !strings.Contains(console(serverConsole), "k3s-standin: kube-apiserver ready") {
+		t.Errorf("the server's console does not say its own kube-apiserver is ready")
+	}
+	if !strings.Contains(console(serverConsole), `"msg":"bootstrap: done"`) {
+		t.Errorf("no bootstrap on the server's console")
+	}
+	// A lab is what a user runs: no test switch reaches its machines (GRUB prints the
+	// kernel's arguments on the console).
+	for _, path := range []string{serverConsole, agentConsole} {
+		if strings.Contains(console(path), "liken.test") {
+			t.Errorf("%s: a liken.test switch reached a lab machine", path)
+		}
+	}
+	// The agent renders k3s's configuration as init did: nothing to restart k3s for.
+	if strings.Contains(console(serverConsole), "k3s configuration changed") {
+		t.Errorf("the server's agent restarted k3s after boot: its k3s configuration differs from init's")
+	}
+
+	// A sysctl edit applies live on the agent: no reboot, nothing pending, and an Event
+	// saying so.
+	edited := time.Now()
+	m, err := lc.Machine(t.Context(), "lab-agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Spec.Sysctls == nil {
+		m.Spec.Sysctls = v1alpha1.Sysctls{}
+	}
+	m.Spec.Sysctls["vm.swappiness"] = "13"
+	if m, err = lc.UpdateMachine(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	gen := m.Generation
+	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		m, err := lc.Machine(ctx, "lab-agent-1")
+		return err == nil && m.Status.AppliedGeneration >= gen && len(m.Status.Pending) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the sysctl edit was not applied live on lab-agent-1: %v", err)
+	}
+	liveTook := time.Since(edited)
+	if strings.Contains(console(agentConsole), "liken-init: reboot: ") {
+		t.Errorf("lab-agent-1 rebooted for a live change")
+	}
+	appliedLive := func(msg string) bool {
+		return strings.Contains(msg, "applied live") && strings.Contains(msg, "sysctls")
+	}
+	var applied []string
+	wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		events, err := admin.CoreV1().Events(authority.EventNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=lab-agent-1"})
+		applied = nil
+		for _, e := range events.Items {
+			if e.Reason == "Applied" {
+				applied = append(applied, e.Message)
+			}
+		}
+		return err == nil && slices.ContainsFunc(applied, appliedLive), nil
+	})
+	if !slices.ContainsFunc(applied, appliedLive) {
+		t.Errorf("no Applied Event saying the sysctl edit was applied live on lab-agent-1 within a minute; Applied Events: %q", applied)
+	}
+	// An operator's edit of the Cluster, which the machine added later must leave as it is.
+	extra := "sha256:" + strings.Repeat("e", 64)
+	c, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.Releases["2026.12.31-001"] = v1alpha1.Digest(extra)
+	if c.Spec.Sysctls == nil {
+		c.Spec.Sysctls = v1alpha1.Sysctls{}
+	}
+	c.Spec.Sysctls["vm.max_map_count"] = "262144"
+	if _, err := lc.UpdateCluster(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+
 	// A second up in the same directory is refused and changes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "lab.json"))
 	if out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(apiserver.FreePort())); err == nil || !strings.Contains(out, "a lab is already up in "+dir) {
@@ -122,13 +233,6 @@ func TestLabUpAndDown(t *testing.T) {
 	// The fleet upgrade, as an operator tries it in the lab: publish a second release, ask for
 	// it, approve the reboots as they come. The server's own reboot takes the API down; the
 	// agent carries on after it.
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Timeout = 10 * time.Second
-	lc, _ := kube.NewClient(cfg)
-	const v2 = "2026.12.01-002"
 	if out, err := liken("lab", "publish", "--dir", dir, "--version", v2); err != nil {
 		t.Fatalf("liken lab publish: %v\n%s", err, out)
 	}
@@ -136,7 +240,9 @@ func TestLabUpAndDown(t *testing.T) {
 	if out, err := liken("upgrade", v2, "--kubeconfig", kc); err != nil {
 		t.Fatalf("liken upgrade %s: %v\n%s", v2, err, out)
 	}
-	fleetOn := func(version string, slot v1alpha1.Slot, timeout time.Duration) {
+	// fleetOn approves what waits until that many machines run version, Idle and Ready, from
+	// slot (any slot when empty).
+	fleetOn := func(version string, slot v1alpha1.Slot, machines int, timeout time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(timeout)
 		for {
@@ -146,12 +252,12 @@ func TestLabUpAndDown(t *testing.T) {
 			ms, err := lc.Machines(t.Context())
 			on := 0
 			for _, m := range ms {
-				if m.Status.Release != nil && m.Status.Release.Version == version && m.Status.Release.Slot == slot &&
+				if m.Status.Release != nil && m.Status.Release.Version == version && (slot == "" || m.Status.Release.Slot == slot) &&
 					m.Status.Upgrade.State == v1alpha1.UpgradeIdle && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) {
 					on++
 				}
 			}
-			if err == nil && on == 2 {
+			if err == nil && on == machines {
 				return
 			}
 			if time.Now().After(deadline) {
@@ -161,7 +267,7 @@ func TestLabUpAndDown(t *testing.T) {
 			time.Sleep(3 * time.Second)
 		}
 	}
-	fleetOn(v2, v1alpha1.SlotB, 20*time.Minute)
+	fleetOn(v2, v1alpha1.SlotB, 2, 20*time.Minute)
 	upgradeTook := time.Since(upgradeStart)
 	// A rollback is this same fleet path with a slot that still holds the release, so
 	// nothing to download: TestUpgradeCommitAndRollback rolls back with `liken rollback` and
@@ -171,8 +277,38 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Errorf("the channel served %s's slot image %d times; want 2 (once per machine)\n%s", v2, n, chlog)
 	}
 
+	// A machine added as install.md adds one: `liken lab add` builds the layers again with
+	// lab-agent-2, power-cycles the server with the newer layer, so that bootstrap makes
+	// lab-agent-2 only, and installs lab-agent-2 with the release the Cluster runs now.
+	serverMark := len(console(serverConsole))
+	addStart := time.Now()
+	out, err = liken("lab", "add", "--dir", dir)
+	if err != nil {
+		t.Fatalf("liken lab add: %v\n%s", err, out)
+	}
+	added := time.Since(addStart)
+	t.Logf("liken lab add:\n%s", out)
+	for _, want := range []string{"lab-server-1: power cycle", "lab-agent-2: Machine Ready", "every machine Ready", "lab-agent-2 joined the lab"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lab add did not say %q", want)
+		}
+	}
+	fleetOn(v2, "", 3, 5*time.Minute)
+	if m, err := lc.Machine(t.Context(), "lab-agent-2"); err != nil || m.Status.Release == nil || m.Status.Release.Slot != "A" {
+		t.Errorf("lab-agent-2 does not run %s from slot A, as installed: %v %+v", v2, err, m)
+	}
+	if c, err = lc.Cluster(t.Context()); err != nil || c.Spec.Releases["2026.12.31-001"] != v1alpha1.Digest(extra) || c.Spec.Sysctls["vm.max_map_count"] != "262144" {
+		t.Errorf("the operator's Cluster edits did not stand the server's boot with a newer layer: %v %+v", err, c)
+	}
+	if m, _ := lc.Machine(t.Context(), "lab-agent-1"); m == nil || m.Spec.Sysctls["vm.swappiness"] != "13" {
+		t.Errorf("lab-agent-1's edit did not stand: %+v", m)
+	}
+	if after := console(serverConsole); !strings.Contains(after[min(serverMark, len(after)):], `"created":["Machine lab-agent-2"]`) {
+		t.Errorf("bootstrap did not say it made only lab-agent-2")
+	}
+
 	status, err := liken("lab", "status", "--dir", dir)
-	if err != nil || !strings.Contains(status, "lab-server-1") || !strings.Contains(status, "running, pid") {
+	if err != nil || !strings.Contains(status, "lab-server-1") || !strings.Contains(status, "lab-agent-2") || !strings.Contains(status, "running, pid") {
 		t.Errorf("liken lab status: %v\n%s", err, status)
 	}
 	out, err = liken("lab", "down", "--dir", dir)
@@ -189,8 +325,8 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
-	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; fleet upgrade with approvals %s",
-		took.Round(time.Second), upgradeTook.Round(time.Second))
+	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; a live sysctl edit applied in %s; fleet upgrade with approvals %s; lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+		took.Round(time.Second), liveTook.Round(time.Second), upgradeTook.Round(time.Second), added.Round(time.Second))
 }
 
 // noLeftovers fails the test if a process the lab in dir started still runs, and stops it:

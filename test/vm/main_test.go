@@ -23,7 +23,6 @@ import (
 var expectedSeconds = map[string]int{
 	"TestLabUpAndDown":                      1100,
 	"TestTrialFailuresEndOnTheLastGoodSlot": 800,
-	"TestClusterStandsUpByItself":           500,
 	"TestUpgradeCommitAndRollback":          350,
 	"TestTwoMachinesTakeTurns":              350,
 	"TestNetworkChangeIsATrial":             300,
