@@ -425,6 +425,17 @@ type RebootApproval struct {
 	// ApprovedAt is when.
 	// +optional
 	ApprovedAt *metav1.Time `json:"approvedAt,omitempty"`
+	// ServersDown lets this server take its turn while it is unavailable (NotReady or
+	// gone) and the servers named here are down too. A NotReady server may still be a
+	// healthy etcd voter, so liken never reboots one while another server is down on its
+	// own judgement: an operator who knows that the control plane keeps its quorum without
+	// both says so here (liken approve-reboot SERVER --servers-down OTHER). It holds for this
+	// approval's pending set only, and only while every other server down is named.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	ServersDown []string `json:"serversDown,omitempty"`
 }
 
 // RebootRequest asks for a reboot without a change.

@@ -40,6 +40,7 @@ func newApproveReboot() *cobra.Command {
 		all  bool
 		by   string
 		wait time.Duration
+		down []string
 	)
 	cmd := &cobra.Command{
 		Use:   "approve-reboot MACHINE... | --all",
@@ -55,11 +56,18 @@ A Machine whose reboot request (liken request-reboot) its agent has not seen yet
 for, up to --wait (default 1m), and then its new pending set, the request included, is
 approved. Any other edit the agent has not seen yet is refused, unless --wait is given:
 then it is waited for too. --wait 0 never waits. --wait bounds the whole command, however
-many machines it waits for.`,
+many machines it waits for.
+
+A server that is unavailable (NotReady) does not get its turn while another server is down
+too: it may still be a healthy etcd voter, and liken does not decide alone that the control
+plane keeps its quorum without both. --servers-down names the other servers the operator
+accepts as down for this approval; the server then goes as soon as those, and no others,
+are the servers down.`,
 		Example: `  liken approve-reboot worker-7
   liken request-reboot worker-7 && liken approve-reboot worker-7
   liken approve-reboot worker-7 --wait 5m
-  liken approve-reboot --all --kubeconfig layer/admin.kubeconfig`,
+  liken approve-reboot --all --kubeconfig layer/admin.kubeconfig
+  liken approve-reboot server-1 --servers-down server-2`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(); err != nil {
 				return err
@@ -69,6 +77,9 @@ many machines it waits for.`,
 			}
 			if wait < 0 {
 				return usageErr("--wait %s: give a duration of 0 or more, such as 1m", wait)
+			}
+			if len(down) > 0 && all {
+				return usageErr("--servers-down is for the servers named, not --all")
 			}
 			w := waiting{limit: wait, edits: cmd.Flags().Changed("wait"), deadline: time.Now().Add(wait)}
 			lc, who, err := k.liken(by)
@@ -93,7 +104,7 @@ many machines it waits for.`,
 			var done []approval
 			var failed []string
 			for _, name := range args {
-				a, err := approve(cmd, lc, name, who, w)
+				a, err := approve(cmd, lc, name, who, w, down)
 				if err != nil {
 					failed = append(failed, err.Error())
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
@@ -116,6 +127,7 @@ many machines it waits for.`,
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "approve every Machine that waits for an approval it has not been given")
 	cmd.Flags().StringVar(&by, "approved-by", "", "who approves (default: the kubeconfig's user, else $USER)")
+	cmd.Flags().StringSliceVar(&down, "servers-down", nil, "other servers this server's reboot may go ahead without, down as it is itself (see above)")
 	cmd.Flags().DurationVar(&wait, "wait", defaultWait, "how long to wait for an agent to see a reboot request; given, any edit it has not seen is waited for too (0: never wait)")
 	o.add(cmd)
 	k.add(cmd)
@@ -131,13 +143,29 @@ type waiting struct {
 	deadline time.Time
 }
 
-func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting) (approval, error) {
+func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting, serversDown []string) (approval, error) {
 	m, err := lc.Machine(cmd.Context(), name)
 	if apierrors.IsNotFound(err) {
 		return approval{}, fmt.Errorf("no Machine %q", name)
 	}
 	if err != nil {
 		return approval{}, fmt.Errorf("reading Machine %s: %w", name, err)
+	}
+	if len(serversDown) > 0 && m.Spec.Role != v1alpha1.RoleServer {
+		return approval{}, fmt.Errorf("--servers-down: %s is an agent; only a server waits for other servers", name)
+	}
+	for _, s := range serversDown {
+		o, err := lc.Machine(cmd.Context(), s)
+		switch {
+		case s == name:
+			return approval{}, fmt.Errorf("--servers-down names %s itself", name)
+		case apierrors.IsNotFound(err):
+			return approval{}, fmt.Errorf("--servers-down: no Machine %q", s)
+		case err != nil:
+			return approval{}, fmt.Errorf("reading Machine %s: %w", s, err)
+		case o.Spec.Role != v1alpha1.RoleServer:
+			return approval{}, fmt.Errorf("--servers-down: %s is not a server", s)
+		}
 	}
 	if m.Status.ObservedGeneration < m.Generation {
 		// The pending set in status is the one before the last edit: approving it would
@@ -166,11 +194,18 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting) (
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s: this pending set was approved already (by %s); approving it again\n", name, r.Approval.ApprovedBy)
 	}
 	// The resourceVersion makes the write fail if the Machine changed since it was read: an
-	// approval is only given for the set shown here.
+	// approval is only given for the set shown here. The approval is replaced whole: a merge
+	// patch keeps a field it leaves out, and an earlier approval's serversDown must not
+	// outlive it.
+	var approvalJSON map[string]any
+	raw, _ := json.Marshal(v1alpha1.RebootApproval{PendingHash: a.PendingHash, ApprovedBy: who, ApprovedAt: &metav1.Time{Time: time.Now().UTC()}, ServersDown: serversDown})
+	json.Unmarshal(raw, &approvalJSON)
+	if len(serversDown) == 0 {
+		approvalJSON["serversDown"] = nil
+	}
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": m.ResourceVersion},
-		"spec": map[string]any{"reboot": map[string]any{"approval": v1alpha1.RebootApproval{
-			PendingHash: a.PendingHash, ApprovedBy: who, ApprovedAt: &metav1.Time{Time: time.Now().UTC()}}}},
+		"spec":     map[string]any{"reboot": map[string]any{"approval": approvalJSON}},
 	})
 	if _, err := lc.PatchMachine(cmd.Context(), name, patch); err != nil {
 		if apierrors.IsConflict(err) {

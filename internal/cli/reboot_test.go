@@ -217,3 +217,78 @@ func report(t *testing.T, lc *kube.Client, m *v1alpha1.Machine, pending ...v1alp
 	}
 	return cur.Status.PendingHash
 }
+
+// TestApproveRebootServersDown: --servers-down writes the servers an operator accepts as
+// down into the server's approval, is refused for an agent, for a machine that is no
+// server or does not exist, for the server itself and with --all, and a later approval
+// without it takes it away (a merge patch would keep it).
+func TestApproveRebootServersDown(t *testing.T) {
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	network := v1alpha1.PendingChange{Field: "machine.spec.network", Class: v1alpha1.Reboot, To: "{}", Since: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}
+	for _, m := range []struct {
+		name string
+		role v1alpha1.Role
+	}{{"down-s1", v1alpha1.RoleServer}, {"down-s2", v1alpha1.RoleServer}, {"down-a1", v1alpha1.RoleAgent}} {
+		made, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.name}, Spec: v1alpha1.MachineSpec{Role: m.role}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lc.DeleteMachine(context.Background(), m.name) })
+		report(t, lc, made, network)
+	}
+	k := []string{"--kubeconfig", kc}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"with --all", []string{"approve-reboot", "--all", "--servers-down", "down-s2"}, exitUsage, "--servers-down is for the servers named"},
+		{"for an agent", []string{"approve-reboot", "down-a1", "--servers-down", "down-s2"}, exitFailed, "down-a1 is an agent"},
+		{"naming an agent", []string{"approve-reboot", "down-s1", "--servers-down", "down-a1"}, exitFailed, "down-a1 is not a server"},
+		{"naming no machine", []string{"approve-reboot", "down-s1", "--servers-down", "nosuch"}, exitFailed, `no Machine "nosuch"`},
+		{"naming itself", []string{"approve-reboot", "down-s1", "--servers-down", "down-s1"}, exitFailed, "names down-s1 itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := run(t, append(tc.args, k...)...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, %q; want exit %d saying %q", code, errOut, tc.code, tc.want)
+			}
+			if m, _ := lc.Machine(t.Context(), "down-s1"); m.Spec.Reboot != nil && m.Spec.Reboot.Approval != nil {
+				t.Errorf("a refused approval was written: %+v", m.Spec.Reboot.Approval)
+			}
+		})
+	}
+	approvalOf := func() *v1alpha1.RebootApproval {
+		m, err := lc.Machine(t.Context(), "down-s1")
+		if err != nil || m.Spec.Reboot == nil {
+			t.Fatalf("down-s1: %v %+v", err, m)
+		}
+		return m.Spec.Reboot.Approval
+	}
+	if code, _, errOut := run(t, append([]string{"approve-reboot", "down-s1", "--servers-down", "down-s2"}, k...)...); code != exitOK {
+		t.Fatalf("approve-reboot --servers-down: exit %d %s", code, errOut)
+	}
+	if a := approvalOf(); a == nil || strings.Join(a.ServersDown, ",") != "down-s2" || a.PendingHash == "" {
+		t.Errorf("the approval written: %+v", a)
+	}
+	// The agent reports on the approved spec, and the operator approves again without it.
+	cur, err := lc.Machine(t.Context(), "down-s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, lc, cur, network)
+	if code, _, errOut := run(t, append([]string{"approve-reboot", "down-s1"}, k...)...); code != exitOK {
+		t.Fatalf("approve-reboot: exit %d %s", code, errOut)
+	}
+	if a := approvalOf(); a == nil || len(a.ServersDown) != 0 {
+		t.Errorf("an approval without --servers-down kept the earlier one's: %+v", a)
+	}
+}

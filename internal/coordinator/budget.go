@@ -8,6 +8,7 @@ package coordinator
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +35,9 @@ type Machine struct {
 	WaitingSince time.Time
 	// Coordinator: the machine runs the coordinator that decides; it goes last.
 	Coordinator bool
+	// ServersDown are the other servers an operator accepts as down while this server,
+	// unavailable itself, takes its turn (its approval's serversDown, for its pending set).
+	ServersDown []string
 }
 
 // Budget is how many machines may be unavailable at once among total: a count (at least
@@ -55,6 +59,9 @@ type Decision struct {
 	Grant []string
 	// Wait says, for each waiting machine not granted, what it waits for.
 	Wait map[string]string
+	// Despite names, for a server granted while other servers are down because an
+	// operator accepted it (Machine.ServersDown), those servers.
+	Despite map[string][]string
 }
 
 // Decide grants turns to waiting machines, oldest wait first (then by name), while the
@@ -67,7 +74,7 @@ type Decision struct {
 // takes nothing more away. The coordinator's own machine goes last: only when no other
 // machine waits.
 func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, error) {
-	d := Decision{Wait: map[string]string{}}
+	d := Decision{Wait: map[string]string{}, Despite: map[string][]string{}}
 	budget, err := Budget(maxUnavailable, len(machines))
 	if err != nil {
 		return d, err
@@ -104,14 +111,22 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	})
 	for i, m := range waiting {
 		otherServers := without(downServers, m.Name)
+		bothDown := m.Server && len(otherServers) > 0 && m.Unavailable != "" && m.Unavailable != Cordoned
+		if bothDown && len(without(otherServers, m.ServersDown...)) == 0 {
+			// An operator accepted exactly these servers down for this reboot: it goes on
+			// as any unavailable machine's does (below), and the Event says why.
+			d.Despite[m.Name] = otherServers
+			bothDown = false
+		}
 		switch {
-		case m.Server && len(otherServers) > 0 && m.Unavailable != "" && m.Unavailable != Cordoned:
+		case bothDown:
 			// Both down: rebooting this one could take the last voter but one of a member
 			// that only looks down (a NotReady kubelet says nothing of its etcd).
 			d.Wait[m.Name] = fmt.Sprintf("one server at a time: %s is unavailable too, and this server (%s) may still be a healthy etcd voter: "+
-				"liken does not reboot it while another server is down; bring %s back, or remove it from the cluster (its Machine and Node), to go on",
-				strings.Join(otherServers, ", "), m.Unavailable, strings.Join(otherServers, ", "))
-		case m.Server && len(otherServers) > 0:
+				"liken does not reboot it while another server is down; bring %s back, or remove it from the cluster (its Machine and Node), to go on; "+
+				"or, knowing that the control plane keeps its quorum without both: liken approve-reboot %s --servers-down %s",
+				strings.Join(otherServers, ", "), m.Unavailable, strings.Join(otherServers, ", "), m.Name, strings.Join(otherServers, ","))
+		case m.Server && len(otherServers) > 0 && d.Despite[m.Name] == nil:
 			// Checked first: a cordoned server still serves the control plane, so even an
 			// unavailable one waits while another server is down.
 			d.Wait[m.Name] = "one server at a time: " + strings.Join(otherServers, ", ") + " is unavailable"
@@ -141,10 +156,11 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	return d, nil
 }
 
-func without(list []string, name string) []string {
+// without is list with none of names.
+func without(list []string, names ...string) []string {
 	var out []string
 	for _, s := range list {
-		if s != name {
+		if !slices.Contains(names, s) {
 			out = append(out, s)
 		}
 	}

@@ -106,6 +106,53 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideServersDownAccepted: a NotReady server that waits while another server is down
+// goes only when an operator accepted exactly the servers down (its approval's
+// serversDown), and the decision says so; an available server is never let go by it.
+func TestDecideServersDownAccepted(t *testing.T) {
+	three := ptr(intstr.FromInt32(3))
+	server := func(name string, why string, accepts ...string) Machine {
+		return Machine{Name: name, Server: true, Unavailable: why, Waiting: true, WaitingSince: time.Unix(1785000000, 0), ServersDown: accepts}
+	}
+	idle := func(m Machine) Machine { m.Waiting = false; return m }
+	for _, tt := range []struct {
+		name     string
+		machines []Machine
+		grant    []string
+		despite  []string
+		wait     string // a phrase s1's reason holds
+	}{
+		{"not accepted: it waits, and says how to go on", []Machine{server("s1", "NotReady"), idle(server("s2", "no Node")), idle(server("s3", ""))},
+			nil, nil, "or, knowing that the control plane keeps its quorum without both: liken approve-reboot s1 --servers-down s2"},
+		{"accepted: it goes", []Machine{server("s1", "NotReady", "s2"), idle(server("s2", "no Node")), idle(server("s3", ""))},
+			[]string{"s1"}, []string{"s2"}, ""},
+		{"another server down than the one accepted", []Machine{server("s1", "NotReady", "s2"), idle(server("s2", "")), idle(server("s4", "NotReady")), idle(server("s3", ""))},
+			nil, nil, "bring s4 back"},
+		{"one more down than accepted", []Machine{server("s1", "NotReady", "s2"), idle(server("s2", "no Node")), idle(server("s4", "NotReady")), idle(server("s3", ""))},
+			nil, nil, "bring s2, s4 back"},
+		{"an available server still waits: its reboot would take a voter away", []Machine{server("s1", "", "s2"), idle(server("s2", "no Node")), idle(server("s3", ""))},
+			nil, nil, "one server at a time: s2 is unavailable"},
+		{"a cordoned server is available to etcd: it waits too", []Machine{server("s1", Cordoned, "s2"), idle(server("s2", "no Node")), idle(server("s3", ""))},
+			nil, nil, "one server at a time: s2 is unavailable"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Decide(tt.machines, three)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.grant, d.Grant); diff != "" {
+				t.Errorf("grants (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.despite, d.Despite["s1"]); diff != "" {
+				t.Errorf("servers down accepted (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(d.Wait["s1"], tt.wait) || (tt.wait == "") != (d.Wait["s1"] == "") {
+				t.Errorf("s1 waits because %q; want %q", d.Wait["s1"], tt.wait)
+			}
+		})
+	}
+}
+
 // TestDecideNeverExceedsTheBudget: over many random fleets, the machines unavailable after
 // the grants never exceed the budget unless they already did, and at most one server is down
 // unless more already were.

@@ -30,9 +30,12 @@ type Fleet struct {
 type Plan struct {
 	Status   v1alpha1.ClusterStatus
 	Uncordon []string
-	// Released and Granted name the turns given back and given, for Events and logs.
+	// Released and Granted name the turns given back and given, for Events and logs;
+	// Despite says, for a server granted while other servers are down, which and who
+	// accepted it.
 	Released map[string]string
 	Granted  []string
+	Despite  map[string]string
 }
 
 // holding says whether a machine still uses its turn, from the state its agent reports.
@@ -138,7 +141,7 @@ func waitsForTurn(m *v1alpha1.Machine, blocks map[string]v1alpha1.DrainBlock, no
 // grants turns to waiting machines as Decide allows, and counts the fleet. It depends only
 // on its input, so any coordinator (a restarted one, a new leader) plans the same.
 func MakePlan(f Fleet) (Plan, error) {
-	p := Plan{Released: map[string]string{}}
+	p := Plan{Released: map[string]string{}, Despite: map[string]string{}}
 	cl := f.Cluster
 	st := *cl.Status.DeepCopy()
 	byName := map[string]*v1alpha1.Machine{}
@@ -217,10 +220,14 @@ func MakePlan(f Fleet) (Plan, error) {
 			node = node.DeepCopy()
 			node.Spec.Unschedulable = false
 		}
+		var serversDown []string
+		if r := m.Spec.Reboot; r != nil && r.Approval != nil && r.Approval.PendingHash == m.Status.PendingHash {
+			serversDown = r.Approval.ServersDown
+		}
 		ms = append(ms, Machine{
 			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer,
 			Unavailable: machineUnavailable(m, node), HoldsTurn: held[m.Name],
-			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self,
+			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self, ServersDown: serversDown,
 		})
 	}
 	d, err := Decide(ms, cl.Spec.DisruptionBudget.MaxUnavailable)
@@ -236,6 +243,13 @@ func MakePlan(f Fleet) (Plan, error) {
 			CordonedBefore: n != nil && n.Spec.Unschedulable && !uncordoning[name],
 		})
 		p.Granted = append(p.Granted, name)
+		if down := d.Despite[name]; len(down) > 0 {
+			by := "an operator"
+			if a := m.Spec.Reboot.Approval; a.ApprovedBy != "" {
+				by = a.ApprovedBy
+			}
+			p.Despite[name] = fmt.Sprintf("while %s is down too, as %s accepted (spec.reboot.approval.serversDown)", strings.Join(down, ", "), by)
+		}
 	}
 	st.Turns = turns
 	st.DrainBlocked = keptBlocks

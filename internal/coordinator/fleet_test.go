@@ -103,3 +103,44 @@ func TestPlanTakesBackATurnDuringADownload(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanServersDownFromTheApproval: a NotReady server's approval that names the other
+// server down lets it go, and the plan says who accepted which servers down (for the
+// TurnGranted Event); an approval of an earlier pending set does not.
+func TestPlanServersDownFromTheApproval(t *testing.T) {
+	node := func(name string, ready corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+	}
+	three := intstr.FromInt32(3)
+	for _, tt := range []struct {
+		name, approved string
+		grant          bool
+	}{
+		{"approval of the pending set", "sha256:aa", true},
+		{"approval of an earlier set", "sha256:bb", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &three}}}
+			server := func(name string) v1alpha1.Machine {
+				m := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleServer}}
+				return m
+			}
+			s1, s2, s3 := server("s1"), server("s2"), server("s3")
+			s1.Status.Reboot.State, s1.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:aa"
+			s1.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: tt.approved, ApprovedBy: "ops", ServersDown: []string{"s2"}}}
+			p, err := MakePlan(Fleet{Cluster: cl, Machines: []v1alpha1.Machine{s1, s2, s3},
+				Nodes: map[string]*corev1.Node{"s1": node("s1", corev1.ConditionFalse), "s2": node("s2", corev1.ConditionUnknown), "s3": node("s3", corev1.ConditionTrue)},
+				Self: "s3", Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if granted := len(p.Granted) == 1 && p.Granted[0] == "s1"; granted != tt.grant {
+				t.Fatalf("granted %v; want s1 granted: %v (waiting %+v)", p.Granted, tt.grant, p.Status.Waiting)
+			}
+			if why := p.Despite["s1"]; tt.grant != (why != "") || tt.grant && !strings.Contains(why, "while s2 is down too, as ops accepted") {
+				t.Errorf("the plan says %q of s1's turn", why)
+			}
+		})
+	}
+}

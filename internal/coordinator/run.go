@@ -307,6 +307,11 @@ func (c *Coordinator) step(ctx context.Context) error {
 	}
 	for _, m := range p.Granted {
 		c.log.Info("turn granted", "machine", m)
+		if why := p.Despite[m]; why != "" {
+			c.log.Info("turn granted despite servers down", "machine", m, "why", why)
+			c.event(m, corev1.EventTypeWarning, "TurnGranted", "a disruption-budget turn was given "+why+"; the Node is cordoned and drained")
+			continue
+		}
 		c.event(m, corev1.EventTypeNormal, "TurnGranted", "a disruption-budget turn was given; the Node is cordoned and drained")
 	}
 	c.startDrains(ctx, cl, true)
