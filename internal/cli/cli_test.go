@@ -323,14 +323,7 @@ func TestReferenceUpToDate(t *testing.T) {
 // TestApproveAndRequestReboot runs approve-reboot and request-reboot against a real API
 // server.
 func TestApproveAndRequestReboot(t *testing.T) {
-	lc, err := kube.NewClient(env.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
-		t.Fatal(err)
-	}
+	lc, kc := adminClient(t)
 	hashes := map[string]string{"r1": "sha256:" + strings.Repeat("1", 64), "r2": "sha256:" + strings.Repeat("2", 64), "r3": ""}
 	for name, hash := range hashes {
 		m, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}})

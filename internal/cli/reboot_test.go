@@ -77,12 +77,10 @@ func (s *started) wait(t *testing.T) int {
 	}
 }
 
-// TestApproveRebootWaitsForTheAgent: `liken request-reboot X && liken approve-reboot X`
-// approves the pending set that holds the request, once the agent has reported it, never
-// the one before it; an agent that does not report in --wait fails the approval, saying
-// what was waited for; and --wait waits for any other edit the agent has not seen. The
-// test writes the status an agent would, while approve-reboot waits.
-func TestApproveRebootWaitsForTheAgent(t *testing.T) {
+// adminClient is a client of the test's API server as its admin, and a kubeconfig file for
+// the commands.
+func adminClient(t *testing.T) (*kube.Client, string) {
+	t.Helper()
 	lc, err := kube.NewClient(env.Admin)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +89,16 @@ func TestApproveRebootWaitsForTheAgent(t *testing.T) {
 	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
 		t.Fatal(err)
 	}
+	return lc, kc
+}
+
+// TestApproveRebootWaitsForTheAgent: `liken request-reboot X && liken approve-reboot X`
+// approves the pending set that holds the request, once the agent has reported it, never
+// the one before it; an agent that does not report in --wait fails the approval, saying
+// what was waited for; and --wait waits for any other edit the agent has not seen. The
+// test writes the status an agent would, while approve-reboot waits.
+func TestApproveRebootWaitsForTheAgent(t *testing.T) {
+	lc, kc := adminClient(t)
 	network := v1alpha1.PendingChange{Field: "machine.spec.network", Class: v1alpha1.Reboot, To: "{}", Since: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}
 	// machine is a Machine whose agent reported on its spec with the network change pending.
 	machine := func(t *testing.T, name string) {
@@ -223,14 +231,7 @@ func report(t *testing.T, lc *kube.Client, m *v1alpha1.Machine, pending ...v1alp
 // server or does not exist, for the server itself and with --all, and a later approval
 // without it takes it away (a merge patch would keep it).
 func TestApproveRebootServersDown(t *testing.T) {
-	lc, err := kube.NewClient(env.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
-		t.Fatal(err)
-	}
+	lc, kc := adminClient(t)
 	network := v1alpha1.PendingChange{Field: "machine.spec.network", Class: v1alpha1.Reboot, To: "{}", Since: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}
 	for _, m := range []struct {
 		name string
