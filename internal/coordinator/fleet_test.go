@@ -131,7 +131,7 @@ func TestPlanServersDownFromTheApproval(t *testing.T) {
 			s1.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: tt.approved, ApprovedBy: "ops", ServersDown: []string{"s2"}}}
 			p, err := MakePlan(Fleet{Cluster: cl, Machines: []v1alpha1.Machine{s1, s2, s3},
 				Nodes: map[string]*corev1.Node{"s1": node("s1", corev1.ConditionFalse), "s2": node("s2", corev1.ConditionUnknown), "s3": node("s3", corev1.ConditionTrue)},
-				Self: "s3", Now: time.Now()})
+				Self:  "s3", Now: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}
