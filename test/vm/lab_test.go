@@ -108,7 +108,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Timeout = 10 * time.Second
+	cfg.Timeout = 30 * time.Second
 	lc, _ := kube.NewClient(cfg)
 	admin, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -118,14 +118,17 @@ func TestLabUpAndDown(t *testing.T) {
 	// The cluster stood up by itself from its layers: bootstrap made the Cluster and the
 	// Machines, which report their hardware and slot.
 	for _, n := range []string{"lab-server-1", "lab-agent-1"} {
-		m, err := lc.Machine(t.Context(), n)
-		if err != nil || m.Status.Hardware == nil || m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Release == nil ||
+		var m *v1alpha1.Machine
+		eventually(t, "reading Machine "+n, func(ctx context.Context) (err error) { m, err = lc.Machine(ctx, n); return err })
+		if m.Status.Hardware == nil || m.Status.Hardware.System.Vendor != "QEMU" || m.Status.Release == nil ||
 			m.Status.Release.Slot != "A" || m.Status.Release.Version != v1 {
-			t.Errorf("%s: %v; status %+v", n, err, m)
+			t.Errorf("%s: status %+v", n, m.Status)
 		}
 	}
-	if c, err := lc.Cluster(t.Context()); err != nil || c.Spec.Version != v1 {
-		t.Errorf("the Cluster bootstrap made: %+v, %v", c, err)
+	var made *v1alpha1.Cluster
+	eventually(t, "reading the Cluster", func(ctx context.Context) (err error) { made, err = lc.Cluster(ctx); return err })
+	if made.Spec.Version != v1 {
+		t.Errorf("the Cluster bootstrap made wants %s; want %s", made.Spec.Version, v1)
 	}
 	serverConsole := filepath.Join(dir, "lab-server-1", "console.log")
 	agentConsole := filepath.Join(dir, "lab-agent-1", "console.log")
@@ -151,18 +154,22 @@ func TestLabUpAndDown(t *testing.T) {
 	// A sysctl edit applies live on the agent: no reboot, nothing pending, and an Event
 	// saying so.
 	edited := time.Now()
-	m, err := lc.Machine(t.Context(), "lab-agent-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Spec.Sysctls == nil {
-		m.Spec.Sysctls = v1alpha1.Sysctls{}
-	}
-	m.Spec.Sysctls["vm.swappiness"] = "13"
-	if m, err = lc.UpdateMachine(t.Context(), m); err != nil {
-		t.Fatal(err)
-	}
-	gen := m.Generation
+	var gen int64
+	eventually(t, "editing lab-agent-1's sysctls", func(ctx context.Context) error {
+		m, err := lc.Machine(ctx, "lab-agent-1")
+		if err != nil {
+			return err
+		}
+		if m.Spec.Sysctls == nil {
+			m.Spec.Sysctls = v1alpha1.Sysctls{}
+		}
+		m.Spec.Sysctls["vm.swappiness"] = "13"
+		if m, err = lc.UpdateMachine(ctx, m); err != nil {
+			return err
+		}
+		gen = m.Generation
+		return nil
+	})
 	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		m, err := lc.Machine(ctx, "lab-agent-1")
 		return err == nil && m.Status.AppliedGeneration >= gen && len(m.Status.Pending) == 0, nil
@@ -193,18 +200,19 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	// An operator's edit of the Cluster, which the machine added later must leave as it is.
 	extra := "sha256:" + strings.Repeat("e", 64)
-	c, err := lc.Cluster(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Spec.Releases["2026.12.31-001"] = v1alpha1.Digest(extra)
-	if c.Spec.Sysctls == nil {
-		c.Spec.Sysctls = v1alpha1.Sysctls{}
-	}
-	c.Spec.Sysctls["vm.max_map_count"] = "262144"
-	if _, err := lc.UpdateCluster(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, "an operator's edit of the Cluster", func(ctx context.Context) error {
+		c, err := lc.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		c.Spec.Releases["2026.12.31-001"] = v1alpha1.Digest(extra)
+		if c.Spec.Sysctls == nil {
+			c.Spec.Sysctls = v1alpha1.Sysctls{}
+		}
+		c.Spec.Sysctls["vm.max_map_count"] = "262144"
+		_, err = lc.UpdateCluster(ctx, c)
+		return err
+	})
 
 	// A second up in the same directory is refused and changes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "lab.json"))
@@ -294,14 +302,26 @@ func TestLabUpAndDown(t *testing.T) {
 		}
 	}
 	fleetOn(v2, "", 3, 5*time.Minute)
-	if m, err := lc.Machine(t.Context(), "lab-agent-2"); err != nil || m.Status.Release == nil || m.Status.Release.Slot != "A" {
-		t.Errorf("lab-agent-2 does not run %s from slot A, as installed: %v %+v", v2, err, m)
+	var agent2, agent1 *v1alpha1.Machine
+	var c *v1alpha1.Cluster
+	eventually(t, "reading the Cluster and the Machines", func(ctx context.Context) (err error) {
+		if agent2, err = lc.Machine(ctx, "lab-agent-2"); err != nil {
+			return err
+		}
+		if agent1, err = lc.Machine(ctx, "lab-agent-1"); err != nil {
+			return err
+		}
+		c, err = lc.Cluster(ctx)
+		return err
+	})
+	if agent2.Status.Release == nil || agent2.Status.Release.Slot != "A" {
+		t.Errorf("lab-agent-2 does not run %s from slot A, as installed: %+v", v2, agent2.Status.Release)
 	}
-	if c, err = lc.Cluster(t.Context()); err != nil || c.Spec.Releases["2026.12.31-001"] != v1alpha1.Digest(extra) || c.Spec.Sysctls["vm.max_map_count"] != "262144" {
-		t.Errorf("the operator's Cluster edits did not stand the server's boot with a newer layer: %v %+v", err, c)
+	if c.Spec.Releases["2026.12.31-001"] != v1alpha1.Digest(extra) || c.Spec.Sysctls["vm.max_map_count"] != "262144" {
+		t.Errorf("the operator's Cluster edits did not stand the server's boot with a newer layer: releases %v, sysctls %v", c.Spec.Releases, c.Spec.Sysctls)
 	}
-	if m, _ := lc.Machine(t.Context(), "lab-agent-1"); m == nil || m.Spec.Sysctls["vm.swappiness"] != "13" {
-		t.Errorf("lab-agent-1's edit did not stand: %+v", m)
+	if agent1.Spec.Sysctls["vm.swappiness"] != "13" {
+		t.Errorf("lab-agent-1's edit did not stand: sysctls %v", agent1.Spec.Sysctls)
 	}
 	if after := console(serverConsole); !strings.Contains(after[min(serverMark, len(after)):], `"created":["Machine lab-agent-2"]`) {
 		t.Errorf("bootstrap did not say it made only lab-agent-2")

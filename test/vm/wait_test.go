@@ -99,3 +99,18 @@ func TestWaitEndsWhenAMachineStops(t *testing.T) {
 		t.Errorf("a machine the test stopped ended a wait: %v", err)
 	}
 }
+
+// eventually runs fn until it succeeds, for up to two minutes: an API server inside an
+// emulated machine that shares the host's cores with other tests can miss a client's
+// timeout now and then, which is no failure of what the test checks. It fails the test
+// with fn's last error.
+func eventually(t *testing.T, what string, fn func(ctx context.Context) error) {
+	t.Helper()
+	var last error
+	if err := waitUntil(t, what, 2*time.Second, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		last = fn(ctx)
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("%s: %v (last error: %v)", what, err, last)
+	}
+}
