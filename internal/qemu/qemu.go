@@ -108,7 +108,10 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
 	} else {
-		args = append(args, "-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Append)
+		args = append(args, "-kernel", m.Kernel, "-append", m.Append)
+		if m.Initrd != "" {
+			args = append(args, "-initrd", m.Initrd)
+		}
 	}
 	if len(m.NICs) == 0 && m.Private == "" {
 		args = append(args, "-nic", "none")

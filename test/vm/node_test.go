@@ -314,7 +314,9 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	// Ready can come before the restart's k3s has registered again, so wait for the second
 	// registration, then give a needless third start time to show itself.
 	registered := func() int { return strings.Count(vm.Console(), "k3s-standin: server vm-1 registered") }
-	_ = wait.PollUntilContextTimeout(t.Context(), time.Second, 60*time.Second, true, func(context.Context) (bool, error) {
+	// Bound: seconds when the machine runs alone; beside other tests on a loaded host the
+	// second registration once took more than a minute.
+	_ = wait.PollUntilContextTimeout(t.Context(), time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
 		return registered() >= 2, nil
 	})
 	time.Sleep(5 * time.Second)
