@@ -138,6 +138,10 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 	if _, err := install.ReplaceLayer(install.Options{Layer: res.Layers[v1alpha1.RoleServer], LayerDigest: res.Digests[v1alpha1.RoleServer], Disk: server.Disk}); err != nil {
 		return nil, fmt.Errorf("giving %s the newer layer: %w", server.Name, err)
 	}
+	from := map[string]int64{}
+	if fi, err := os.Stat(server.Console); err == nil {
+		from[server.Name] = fi.Size()
+	}
 	if err := st.boot(server, st.KVM, st.Private); err != nil {
 		return nil, err
 	}
@@ -150,7 +154,7 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 		return nil, fmt.Errorf("recording the lab: %w", err)
 	}
 	say("%s: booting (pid %d); %s: booting (pid %d)", server.Name, server.PID, added.Name, added.PID)
-	if err := st.waitReady(ctx, timeout, say); err != nil {
+	if err := st.waitReady(ctx, timeout, say, from); err != nil {
 		return added, fmt.Errorf("%w; %s's console ends:\n%s", err, added.Name, tail(added.Console, 20))
 	}
 	say("every machine Ready")

@@ -187,12 +187,15 @@ func dirExists(path string) bool {
 }
 
 // consoleHas reports whether a machine's console file holds marker.
-func consoleHas(path, marker string) bool {
+func consoleHas(path string, from int64, marker string) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return false
+	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {

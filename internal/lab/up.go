@@ -243,7 +243,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		}
 		say("%s: booting (pid %d, %d MiB, console %s)", m.Name, m.PID, m.MemoryMiB, m.Console)
 	}
-	if err := st.waitReady(ctx, o.Timeout, say); err != nil {
+	if err := st.waitReady(ctx, o.Timeout, say, nil); err != nil {
 		for _, m := range st.Machines {
 			say("%s's console ends:\n%s", m.Name, tail(m.Console, 20))
 		}
@@ -269,7 +269,10 @@ func (s *State) abandon(err error) error {
 // stages a machine goes through, in order, as up shows them.
 var stages = []string{"booting", "k3s started", "Node Ready", "Machine Ready"}
 
-func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any)) error {
+// waitReady waits until every machine is Ready, showing each one's stages as it reaches
+// them. from gives, for a machine booted again, where its console's new boot begins (what
+// came before is the last boot's).
+func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any), from map[string]int64) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
 	if err != nil {
 		return err
@@ -293,10 +296,11 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 				return fmt.Errorf("%s's QEMU stopped (console %s)", m.Name, m.Console)
 			}
 			stage := 0
-			if consoleHas(m.Console, "liken-init: started k3s") {
+			if consoleHas(m.Console, from[m.Name], "liken-init: started k3s") {
 				stage = 1
 			}
-			if n, err := kc.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{}); err == nil && kube.NodeReady(n) {
+			// A Node still Ready from before a power cycle says nothing of this boot.
+			if n, err := kc.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{}); stage == 1 && err == nil && kube.NodeReady(n) {
 				stage = 2
 				if mm, err := lc.Machine(ctx, m.Name); err == nil && meta.IsStatusConditionTrue(mm.Status.Conditions, v1alpha1.MachineReady) {
 					stage = 3
