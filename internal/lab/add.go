@@ -84,8 +84,7 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 	if n > 0xdf-0x20 {
 		return nil, fmt.Errorf("the lab has %d agents already", n-1)
 	}
-	m := Machine{Name: fmt.Sprintf("lab-agent-%d", n), Role: "agent", MAC: fmt.Sprintf("52:54:00:12:34:%02x", 0x20+n-1),
-		PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x20+n-1), IP: fmt.Sprintf("192.168.76.%d", 20+n-1), MemoryMiB: Defaults.AgentMiB}
+	m := agentMachine(n, Defaults.AgentMiB)
 	for _, o := range st.Machines {
 		if o.Role == "agent" {
 			m.MemoryMiB = o.MemoryMiB

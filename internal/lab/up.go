@@ -172,8 +172,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x10+i), IP: fmt.Sprintf("192.168.76.%d", 10+i), MemoryMiB: o.ServerMiB})
 	}
 	for i := range o.Agents {
-		st.Machines = append(st.Machines, Machine{Name: fmt.Sprintf("lab-agent-%d", i+1), Role: "agent", MAC: fmt.Sprintf("52:54:00:12:34:%02x", 0x20+i),
-			PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x20+i), IP: fmt.Sprintf("192.168.76.%d", 20+i), MemoryMiB: o.AgentMiB})
+		st.Machines = append(st.Machines, agentMachine(i+1, o.AgentMiB))
 	}
 	manifests := filepath.Join(dir, "manifests")
 	if err := WriteManifests(manifests, st.ChannelURL, st.Version, pin, st.Machines); err != nil {
@@ -372,6 +371,12 @@ spec:
         mac: "%[3]s"
         dhcp: true
 `
+
+// agentMachine is the lab's agent number n (from 1): its name, addresses and memory.
+func agentMachine(n, memoryMiB int) Machine {
+	return Machine{Name: fmt.Sprintf("lab-agent-%d", n), Role: "agent", MAC: fmt.Sprintf("52:54:00:12:34:%02x", 0x20+n-1),
+		PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x20+n-1), IP: fmt.Sprintf("192.168.76.%d", 20+n-1), MemoryMiB: memoryMiB}
+}
 
 // WriteManifests writes a lab's Cluster (channel, one release pinned and wanted) and its
 // Machines into dir, as `liken lab up` does; the VM tests stand clusters up from them too.
