@@ -17,10 +17,10 @@ import (
 // because the tier ends when its last test does: a long test started last would run
 // alone at the end.
 
-// expectedSeconds is each VM test's time, for the order only (a test missing here goes
-// after those listed): measured one test at a time on a 2-core build machine without KVM,
-// December 2026 (make test's time ledger, or the test run alone). Beside another test each
-// takes longer, about twice as long for the trial failures.
+// expectedSeconds is roughly each VM test's time, for the order only (a test missing here
+// goes after those listed): from make test's time ledgers and single runs on a 2-core build
+// machine without KVM, December 2026, most with the tests one at a time. Beside another
+// test each takes longer, about twice as long for the trial failures.
 var expectedSeconds = map[string]int{
 	"TestTrialFailuresEndOnTheLastGoodSlot": 820,
 	"TestLabUpAndDown":                      780,
