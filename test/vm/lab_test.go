@@ -74,7 +74,9 @@ func TestLabUpAndDown(t *testing.T) {
 		noLeftovers(t, dir)
 	})
 	start := time.Now()
-	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1")
+	// --timeout: up's machines took 9 min to be Ready beside another test (the default is
+	// 15 min, for a user's machine with nothing else running); add's the same.
+	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1", "--timeout", "25m")
 	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("liken lab up: %v\n%s", err, out)
@@ -290,7 +292,7 @@ func TestLabUpAndDown(t *testing.T) {
 	// lab-agent-2 only, and installs lab-agent-2 with the release the Cluster runs now.
 	serverMark := len(console(serverConsole))
 	addStart := time.Now()
-	out, err = liken("lab", "add", "--dir", dir)
+	out, err = liken("lab", "add", "--dir", dir, "--timeout", "25m")
 	if err != nil {
 		t.Fatalf("liken lab add: %v\n%s", err, out)
 	}

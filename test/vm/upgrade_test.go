@@ -226,7 +226,8 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	data1, data2 := dataDisk(t, "data1", 200), dataDisk(t, "data2", 64)
 	// data1 has 4096-byte sectors too, data2 512-byte ones.
 	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: data1, Serial: "data1", SectorSize: 4096}, {Path: data2, Serial: "data2"}}, true, vmMAC)
-	j.waitMachine(t, "release A running from slot A, its data disks prepared", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+	// Bound: 3m7s beside another test (a close call at 5 min), so 8.
+	j.waitMachine(t, "release A running from slot A, its data disks prepared", 8*time.Minute, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 &&
 			disksAre(m, v1alpha1.DiskPrepared, v1alpha1.DiskPrepared)
 	})
@@ -443,7 +444,8 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 	j.expectRebootSaid(t, vm, mark, 0)
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 1)", 3*time.Minute)
 	expectAfter(t, vm, mark, "liken-grub: booting slot A (trial 0)", 3*time.Minute)
-	m := j.waitMachine(t, "the failed kernel arguments reported", 4*time.Minute, func(m *v1alpha1.Machine) bool {
+	// Bound: 2m4s beside another test (a close call at 4 min), so 6.
+	m := j.waitMachine(t, "the failed kernel arguments reported", 6*time.Minute, func(m *v1alpha1.Machine) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
 		return running(m, "A", releaseA) && c != nil && c.Status == metav1.ConditionTrue && hasPending(m, "machine.spec.kernelArgs")
 	})
