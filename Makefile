@@ -44,11 +44,13 @@ examples: deps build ## Validate the example manifests with the API's own rules 
 	bin/liken layer --cluster docs/examples/cluster.yaml --machines docs/examples --out out/example-layer
 
 # The VM tier is named first: go test starts packages in the order given, and the VM tier is
-# the longest, so the others run beside it rather than before it.
+# the longest, so the others run beside it rather than before it. -timeout 60m: the tier
+# took about 42-50 minutes on a 2-core machine (December 2026); a hung test must end the
+# run before CI's 90-minute limit, the tools' first build (about 23 minutes) included.
 test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures and the time ledger.
 	@set -o pipefail; start=$$(date +%s); \
 	$(GO) vet ./... && $(GO) build -o bin/ledger ./hack/ledger && \
-	$(GO) test -count=1 -timeout 75m -json ./test/vm/ ./... | bin/ledger && $(MAKE) --no-print-directory bench; rc=$$?; \
+	$(GO) test -count=1 -timeout 60m -json ./test/vm/ ./... | bin/ledger && $(MAKE) --no-print-directory bench; rc=$$?; \
 	echo; echo "== figures =="; cat $(LIKEN_TEST_REPORT) 2>/dev/null; \
 	echo "go test total: $$(( $$(date +%s) - start ))s"; exit $$rc
 
