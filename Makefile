@@ -45,8 +45,9 @@ examples: deps build ## Validate the example manifests with the API's own rules 
 
 # The VM tier is named first: go test starts packages in the order given, and the VM tier is
 # the longest, so the others run beside it rather than before it. -timeout 60m: the tier
-# took about 42-50 minutes on a 2-core machine (December 2026); a hung test must end the
-# run before CI's 90-minute limit, the tools' first build (about 23 minutes) included.
+# took 42 minutes on a 2-core machine in one run whose lab test failed early (December
+# 2026), so about 50 when all pass; a hung test must end the run before CI's 90-minute
+# limit, the tools' first build (about 23 minutes) included.
 test: clean-report deps tools ## Run every test tier (unit, API, VM) and print the measured figures and the time ledger.
 	@set -o pipefail; start=$$(date +%s); \
 	$(GO) vet ./... && $(GO) build -o bin/ledger ./hack/ledger && \
