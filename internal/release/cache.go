@@ -70,12 +70,19 @@ type cacheEntry struct {
 // digests recorded when it was built as they are copied into opts.Out; an entry that fails
 // the check is removed and the release built again. opts.Log says which happened.
 func (c *Cache) Build(opts BuildOptions) (string, *apirelease.Document, error) {
+	digest, doc, _, err := c.BuildCached(opts)
+	return digest, doc, err
+}
+
+// BuildCached is Build, and says whether the release came from the cache.
+func (c *Cache) BuildCached(opts BuildOptions) (digest string, doc *apirelease.Document, hit bool, err error) {
 	build := c.build
 	if build == nil {
 		build = Build
 	}
 	if c.Dir == "" {
-		return build(opts)
+		digest, doc, err = build(opts)
+		return digest, doc, false, err
 	}
 	log := opts.Log
 	if log == nil {
@@ -83,16 +90,16 @@ func (c *Cache) Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	}
 	key, err := BuildKey(opts)
 	if err != nil {
-		return "", nil, fmt.Errorf("computing the release cache key: %w", err)
+		return "", nil, false, fmt.Errorf("computing the release cache key: %w", err)
 	}
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
-		return "", nil, fmt.Errorf("release cache: %w", err)
+		return "", nil, false, fmt.Errorf("release cache: %w", err)
 	}
 	// One builder per key across processes (the VM tier and other packages run at once);
 	// different keys build side by side.
 	unlock, err := lockFile(filepath.Join(c.Dir, key+".lock"))
 	if err != nil {
-		return "", nil, fmt.Errorf("release cache: %w", err)
+		return "", nil, false, fmt.Errorf("release cache: %w", err)
 	}
 	defer unlock()
 	entry := filepath.Join(c.Dir, key)
@@ -100,48 +107,51 @@ func (c *Cache) Build(opts BuildOptions) (string, *apirelease.Document, error) {
 		fmt.Fprintf(log, "release build: %s from the release cache (%s), every file checked\n", opts.Version, entry)
 		now := time.Now()
 		os.Chtimes(filepath.Join(entry, cacheEntryName), now, now)
-		return digest, doc, nil
+		return digest, doc, true, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(log, "release build: the cached release %s is damaged (%v): building it again\n", entry, err)
 	}
 	if err := os.RemoveAll(entry); err != nil {
-		return "", nil, fmt.Errorf("release cache: removing %s: %w", entry, err)
+		return "", nil, false, fmt.Errorf("release cache: removing %s: %w", entry, err)
 	}
 	tmp, err := os.MkdirTemp(c.Dir, ".build-"+key[:12]+"-")
 	if err != nil {
-		return "", nil, fmt.Errorf("release cache: %w", err)
+		return "", nil, false, fmt.Errorf("release cache: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	start := time.Now()
 	built := opts
 	built.Out = tmp
-	digest, doc, err := build(built)
+	digest, doc, err = build(built)
 	if err != nil {
-		return "", nil, err
+		return "", nil, false, err
 	}
+	// One pass over the new release: copied out to the caller, its digests recorded as
+	// they are read.
 	e := cacheEntry{Key: key, Digest: digest, Built: time.Now().UTC(), Took: time.Since(start).Round(time.Second).String(), Files: map[string]string{}}
 	names, err := entryFiles(tmp)
 	if err != nil {
-		return "", nil, err
+		return "", nil, false, err
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return "", nil, false, err
 	}
 	for _, n := range names {
-		if e.Files[n], err = fileSHA256(filepath.Join(tmp, n)); err != nil {
-			return "", nil, err
+		os.Remove(filepath.Join(opts.Out, n))
+		if e.Files[n], err = copyFileSum(filepath.Join(tmp, n), filepath.Join(opts.Out, n)); err != nil {
+			return "", nil, false, fmt.Errorf("copying the release just built: %w", err)
 		}
 	}
 	raw, _ := json.MarshalIndent(e, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, cacheEntryName), raw, 0o644); err != nil {
-		return "", nil, fmt.Errorf("release cache: %w", err)
+		return "", nil, false, fmt.Errorf("release cache: %w", err)
 	}
 	if err := os.Rename(tmp, entry); err != nil {
-		return "", nil, fmt.Errorf("release cache: %w", err)
-	}
-	if _, _, err := c.copyOut(entry, opts.Out); err != nil {
-		return "", nil, fmt.Errorf("release cache: copying the release just built: %w", err)
+		return "", nil, false, fmt.Errorf("release cache: %w", err)
 	}
 	fmt.Fprintf(log, "release build: kept in the release cache (%s)\n", entry)
 	c.evict(key)
-	return digest, doc, nil
+	return digest, doc, false, nil
 }
 
 // copyOut copies the entry's files into out, hashing each as it goes, and fails (leaving
@@ -179,7 +189,7 @@ func (c *Cache) copyOut(entry, out string) (string, *apirelease.Document, error)
 		}
 		os.Remove(filepath.Join(out, n))
 		copied = append(copied, n)
-		got, err := copyHashing(filepath.Join(entry, n), filepath.Join(out, n))
+		got, err := copyFileSum(filepath.Join(entry, n), filepath.Join(out, n))
 		if err != nil {
 			return fail(err)
 		}
@@ -211,27 +221,6 @@ func entryFiles(dir string) ([]string, error) {
 		}
 	}
 	return names, nil
-}
-
-func copyHashing(src, dst string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	if _, err := io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, bufferSize)); err != nil {
-		out.Close()
-		return "", fmt.Errorf("copying %s: %w", src, err)
-	}
-	if err := out.Close(); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // evict removes all but the Keep entries used last (never keep), and builds that were

@@ -70,12 +70,16 @@ func TestCacheBuildsOnce(t *testing.T) {
 		t.Helper()
 		log.Reset()
 		opts.Out = t.TempDir()
-		digest, doc, err := c.Build(opts)
+		before := f.calls
+		digest, doc, hit, err := c.BuildCached(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if f.calls != wantCalls {
 			t.Errorf("%d builds; want %d (log: %s)", f.calls, wantCalls, log.String())
+		}
+		if hit != (f.calls == before) {
+			t.Errorf("BuildCached says hit %v with %d builds before and %d after", hit, before, f.calls)
 		}
 		if !strings.Contains(log.String(), wantLog) {
 			t.Errorf("the log does not say %q:\n%s", wantLog, log.String())

@@ -90,24 +90,32 @@ func checkFile(path string, f apirelease.File) error {
 }
 
 func copyFile(src, dst string) error {
+	_, err := copyFileSum(src, dst)
+	return err
+}
+
+// copyFileSum copies src to a new file dst, synced, and returns the SHA-256 of what it
+// copied, read once.
+func copyFileSum(src, dst string) (string, error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if _, err := io.CopyBuffer(out, in, make([]byte, bufferSize)); err != nil {
+	h := sha256.New()
+	if _, err := io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, bufferSize)); err != nil {
 		out.Close()
-		return fmt.Errorf("copying %s: %w", src, err)
+		return "", fmt.Errorf("copying %s: %w", src, err)
 	}
 	if err := out.Sync(); err != nil {
 		out.Close()
-		return err
+		return "", err
 	}
-	return out.Close()
+	return hex.EncodeToString(h.Sum(nil)), out.Close()
 }
 
 func addToIndex(channelDir string, doc *apirelease.Document, digest string) error {

@@ -271,15 +271,14 @@ func BuildRelease(version string) (*Release, error) {
 	}
 	cache, _ := os.UserCacheDir()
 	start := time.Now()
-	var log bytes.Buffer
-	digest, doc, err := release.DefaultCache().Build(release.BuildOptions{
+	digest, doc, hit, err := release.DefaultCache().BuildCached(release.BuildOptions{
 		Version: version, Source: source, StandIn: true, TestSwitches: true, Out: dir,
-		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: &log,
+		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0),
 	})
 	if err != nil {
 		return nil, err
 	}
-	r := &Release{Dir: dir, Digest: digest, Doc: doc, Took: time.Since(start), Cached: strings.Contains(log.String(), "from the release cache")}
+	r := &Release{Dir: dir, Digest: digest, Doc: doc, Took: time.Since(start), Cached: hit}
 	builds[version] = r
 	return r, nil
 }
