@@ -112,21 +112,18 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	for i, m := range waiting {
 		otherServers := without(downServers, m.Name)
 		bothDown := m.Server && len(otherServers) > 0 && m.Unavailable != "" && m.Unavailable != Cordoned
-		if bothDown && len(without(otherServers, m.ServersDown...)) == 0 {
-			// An operator accepted exactly these servers down for this reboot: it goes on
-			// as any unavailable machine's does (below), and the Event says why.
-			d.Despite[m.Name] = otherServers
-			bothDown = false
-		}
+		// An operator accepted these servers down for this reboot: it goes on as any
+		// unavailable machine's does (below), and the Event says why.
+		accepted := bothDown && len(without(otherServers, m.ServersDown...)) == 0
 		switch {
-		case bothDown:
+		case bothDown && !accepted:
 			// Both down: rebooting this one could take the last voter but one of a member
 			// that only looks down (a NotReady kubelet says nothing of its etcd).
 			d.Wait[m.Name] = fmt.Sprintf("one server at a time: %s is unavailable too, and this server (%s) may still be a healthy etcd voter: "+
 				"liken does not reboot it while another server is down; bring %s back, or remove it from the cluster (its Machine and Node), to go on; "+
 				"or, knowing that the control plane keeps its quorum without both: liken approve-reboot %s --servers-down %s",
 				strings.Join(otherServers, ", "), m.Unavailable, strings.Join(otherServers, ", "), m.Name, strings.Join(otherServers, ","))
-		case m.Server && len(otherServers) > 0 && d.Despite[m.Name] == nil:
+		case m.Server && len(otherServers) > 0 && !accepted:
 			// Checked first: a cordoned server still serves the control plane, so even an
 			// unavailable one waits while another server is down.
 			d.Wait[m.Name] = "one server at a time: " + strings.Join(otherServers, ", ") + " is unavailable"
@@ -134,6 +131,9 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			// Already counted as unavailable: its reboot takes nothing more from the budget
 			// (the coordinator's own machine too: others could not go before it anyway).
 			d.Grant = append(d.Grant, m.Name)
+			if accepted {
+				d.Despite[m.Name] = otherServers
+			}
 			if m.Server {
 				turnServers = append(turnServers, m.Name)
 				if m.Unavailable == Cordoned {
