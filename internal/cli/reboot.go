@@ -197,15 +197,16 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting, s
 	// approval is only given for the set shown here. The approval is replaced whole: a merge
 	// patch keeps a field it leaves out, and an earlier approval's serversDown must not
 	// outlive it.
-	var approvalJSON map[string]any
-	raw, _ := json.Marshal(v1alpha1.RebootApproval{PendingHash: a.PendingHash, ApprovedBy: who, ApprovedAt: &metav1.Time{Time: time.Now().UTC()}, ServersDown: serversDown})
-	json.Unmarshal(raw, &approvalJSON)
-	if len(serversDown) == 0 {
-		approvalJSON["serversDown"] = nil
+	fields := map[string]any{"pendingHash": a.PendingHash, "approvedAt": metav1.Time{Time: time.Now().UTC()}, "approvedBy": nil, "serversDown": nil}
+	if who != "" {
+		fields["approvedBy"] = who
+	}
+	if len(serversDown) > 0 {
+		fields["serversDown"] = serversDown
 	}
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": m.ResourceVersion},
-		"spec":     map[string]any{"reboot": map[string]any{"approval": approvalJSON}},
+		"spec":     map[string]any{"reboot": map[string]any{"approval": fields}},
 	})
 	if _, err := lc.PatchMachine(cmd.Context(), name, patch); err != nil {
 		if apierrors.IsConflict(err) {
