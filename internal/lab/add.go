@@ -81,8 +81,8 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 			n++
 		}
 	}
-	if n > 0xdf-0x20 {
-		return nil, fmt.Errorf("the lab has %d agents already", n-1)
+	if n > MaxAgents {
+		return nil, fmt.Errorf("the lab has %d agents, the most it takes", n-1)
 	}
 	m := agentMachine(n, Defaults.AgentMiB)
 	for _, o := range st.Machines {
@@ -90,7 +90,7 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 			m.MemoryMiB = o.MemoryMiB
 		}
 	}
-	if free, err := memAvailableMiB(); err == nil && free < m.MemoryMiB+256 {
+	if free, err := memAvailableMiB(); err == nil && free < m.MemoryMiB+hostHeadroomMiB {
 		return nil, fmt.Errorf("%d MiB of memory available; %s needs %d MiB", free, m.Name, m.MemoryMiB)
 	}
 

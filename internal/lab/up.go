@@ -58,8 +58,8 @@ func (o *Options) check() error {
 	if o.Servers != 1 {
 		return fmt.Errorf("--servers %d: the lab's k3s stand-in runs one control plane, so a lab has exactly 1 server", o.Servers)
 	}
-	if o.Agents < 0 || o.Agents > 8 {
-		return fmt.Errorf("--agents %d: give 0 to 8", o.Agents)
+	if o.Agents < 0 || o.Agents > MaxAgents {
+		return fmt.Errorf("--agents %d: give 0 to %d", o.Agents, MaxAgents)
 	}
 	if o.Accel != "auto" && o.Accel != "kvm" && o.Accel != "tcg" {
 		return fmt.Errorf("--accel %q: give auto, kvm or tcg", o.Accel)
@@ -94,7 +94,7 @@ func (o *Options) check() error {
 		}
 	}
 	need := o.ServerMiB*o.Servers + o.AgentMiB*o.Agents
-	if avail, err := memAvailableMiB(); err == nil && avail < need+512 {
+	if avail, err := memAvailableMiB(); err == nil && avail < need+hostHeadroomMiB {
 		return fmt.Errorf("the lab's machines need %d MiB of memory and this host has %d MiB available: give fewer --agents or less --server-memory/--agent-memory", need, avail)
 	}
 	if o.ServerMiB < 1536 {
@@ -108,6 +108,12 @@ func (o *Options) check() error {
 	}
 	return nil
 }
+
+// MaxAgents is the most agents a lab has, from up or add.
+const MaxAgents = 8
+
+// hostHeadroomMiB is the memory the host keeps beyond the lab's machines.
+const hostHeadroomMiB = 512
 
 // Up stands a lab up, or leaves nothing behind.
 func Up(ctx context.Context, o Options) (st *State, err error) {
