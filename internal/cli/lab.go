@@ -92,6 +92,7 @@ Try:
 	f.StringVar(&o.Version, "version", o.Version, "the release's version")
 	f.StringVar(&o.Accel, "accel", o.Accel, "auto (KVM where it boots a kernel here, else software emulation), kvm or tcg")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every machine to be Ready")
+	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot of every machine, as liken install --kernel-args (machines added later get them too)")
 	return cmd
 }
 

@@ -45,6 +45,8 @@ type State struct {
 	// they run under KVM: what a machine booted later (Add) needs to join them.
 	Private string `json:"private,omitempty"`
 	KVM     bool   `json:"kvm,omitempty"`
+	// KernelArgs are up's --kernel-args, which a machine added later boots with too.
+	KernelArgs string `json:"kernelArgs,omitempty"`
 }
 
 // Machine is one machine of the lab.

@@ -37,6 +37,7 @@ func TestUpRefuses(t *testing.T) {
 		{"too many agents", func(o *Options) { o.Agents = 9 }, "", "give 0 to 8", true},
 		{"a bad version", func(o *Options) { o.Version = "latest" }, "", "not of the form", true},
 		{"a bad accelerator", func(o *Options) { o.Accel = "hvf" }, "", "give auto, kvm or tcg", true},
+		{"liken's own kernel argument", func(o *Options) { o.KernelArgs = "quiet liken.slot=B" }, "", "liken.slot is liken's own boot argument", true},
 		{"a lab left in the directory", func(o *Options) { o.Dir = stale }, "", "holds a lab that is not running", false},
 		{"a directory with other files", func(o *Options) { o.Dir = full }, "", "is not empty and holds no lab", false},
 		{"no QEMU", func(*Options) {}, t.TempDir(), "qemu-system-x86_64 is missing", true},

@@ -19,6 +19,7 @@ import (
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/install"
@@ -47,7 +48,10 @@ type Options struct {
 	ChannelServer []string
 	// Timeout bounds the wait for every machine to be Ready.
 	Timeout time.Duration
-	Out     io.Writer
+	// KernelArgs are extra kernel arguments for every boot of every machine, as `liken
+	// install --kernel-args` writes them (a slow host's longer trial deadline, say).
+	KernelArgs string
+	Out        io.Writer
 }
 
 // Defaults fit a 2-core, 8 GiB machine.
@@ -66,6 +70,9 @@ func (o *Options) check() error {
 	}
 	if !apirelease.ValidVersion(o.Version) {
 		return fmt.Errorf("--version %q is not of the form 2026.07.20-001", o.Version)
+	}
+	if err := bootloader.CheckInstallArgs(o.KernelArgs); err != nil {
+		return err
 	}
 	if s, err := Read(o.Dir); err == nil {
 		if running := s.Running(); len(running) > 0 {
@@ -131,7 +138,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Dir: dir, Started: start.UTC(), Version: o.Version, Source: o.Source, APIPort: o.APIPort}
+	st = &State{Dir: dir, Started: start.UTC(), Version: o.Version, Source: o.Source, APIPort: o.APIPort, KernelArgs: o.KernelArgs}
 	defer func() {
 		if err != nil {
 			err = st.abandon(err)
@@ -208,7 +215,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		// Sparse: only what is written takes room on the host.
 		size := disk.DefaultLayout.MinSizeMiB() + 1024
 		if _, err := install.Install(ctx, install.Options{Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(m.Role)],
-			LayerDigest: res.Digests[v1alpha1.Role(m.Role)], Disk: m.Disk, SizeMiB: size, Machine: m.Name, Layout: disk.DefaultLayout}); err != nil {
+			LayerDigest: res.Digests[v1alpha1.Role(m.Role)], Disk: m.Disk, SizeMiB: size, Machine: m.Name, Layout: disk.DefaultLayout, KernelArgs: o.KernelArgs}); err != nil {
 			return st, fmt.Errorf("installing %s: %w", m.Name, err)
 		}
 	}
