@@ -95,7 +95,12 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 		return "", nil, err
 	}
 	step("kernel package %s", filepath.Base(deb))
-	k, err := UnpackKernelDeb(deb, filepath.Join(work, "kernel"))
+	var k *Kernel
+	if opts.KernelCache != "" {
+		k, err = UnpackKernelDebCached(deb, opts.KernelCache)
+	} else {
+		k, err = UnpackKernelDeb(deb, filepath.Join(work, "kernel"))
+	}
 	if err != nil {
 		return "", nil, err
 	}
@@ -432,7 +437,11 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		}
 	}
 	os.Remove(out)
-	cmd := exec.Command("mksquashfs", stage, out, "-noappend", "-all-root", "-no-xattrs", "-comp", "zstd", "-quiet", "-no-progress")
+	// zstd at level 6, not mksquashfs's default 15: on a stand-in release's 255 MB tree
+	// (2 cores, beside other work) level 15 took 156 s for 71.1 MB, level 6 took 6 s for
+	// 77.2 MB, and level 19 took 200 s for 70.6 MB. Every release build paid two and a half
+	// minutes for 9% fewer bytes to download; decompression at boot runs at the same speed.
+	cmd := exec.Command("mksquashfs", stage, out, "-noappend", "-all-root", "-no-xattrs", "-comp", "zstd", "-Xcompression-level", "6", "-quiet", "-no-progress")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", opts.Epoch.Unix()))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w: %s", err, b)

@@ -41,8 +41,9 @@ func withoutPeers(docs []manifest.Document, role, keep string) []manifest.Docume
 	return out
 }
 
-// testLayout keeps the test disks small; slots still hold a whole release.
-var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 96, LayerMiB: 4, MinStateMiB: 64}
+// testLayout keeps the test disks small; slots still hold a whole release (92 MiB with the
+// stand-in, its root image compressed at zstd level 6), with room to grow.
+var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 112, LayerMiB: 4, MinStateMiB: 64}
 
 // installed publishes the test release into a channel, builds the example layers and
 // installs server-1's disk image.
