@@ -188,14 +188,17 @@ func FindKernelDeb(path, cacheDir string) (string, error) {
 }
 
 // unpackedManifest is written last into a kernel package unpacked in the cache: every file's
-// SHA-256, so a damaged or unfinished entry is found and unpacked again.
+// size and modification time, so an unfinished entry, or one whose files were changed, added
+// or removed since, is found and unpacked again.
 const unpackedManifest = "liken-unpacked.json"
 
 // UnpackKernelDebCached is UnpackKernelDeb into cacheDir/unpacked/<the package's SHA-256>,
 // done once per package: dpkg-deb's decompression and depmod took 36 s of each release
 // build beside other work, five builds a test run. An entry is used only when every file
-// matches what was recorded as it was unpacked (a damaged one is unpacked again); builds only
-// read it. Concurrent builds wait for each other on the entry's lock.
+// has the size and modification time recorded as it was unpacked, as git's index checks a
+// work tree (hashing its 405 MB again took 8-30 s on a busy host, most of what the cache
+// saves); one that differs is unpacked again. Builds only read it. Concurrent builds wait
+// for each other on the entry's lock.
 func UnpackKernelDebCached(deb, cacheDir string) (*Kernel, error) {
 	sum, err := fileSHA256(deb)
 	if err != nil {
@@ -221,7 +224,7 @@ func UnpackKernelDebCached(deb, cacheDir string) (*Kernel, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	files, err := hashTree(dir)
+	files, err := statTree(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +255,7 @@ func openUnpacked(deb, sum, dir string) (*Kernel, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", unpackedManifest, err)
 	}
-	got, err := hashTree(dir)
+	got, err := statTree(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +274,9 @@ func openUnpacked(deb, sum, dir string) (*Kernel, error) {
 	return k, nil
 }
 
-// hashTree is the SHA-256 of every regular file under dir but the manifest, by slash path.
-func hashTree(dir string) (map[string]string, error) {
+// statTree is the size and modification time of every file under dir but the manifest, by
+// slash path.
+func statTree(dir string) (map[string]string, error) {
 	files := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -286,9 +290,12 @@ func hashTree(dir string) (map[string]string, error) {
 			files[filepath.ToSlash(rel)] = "not a regular file"
 			return nil
 		}
-		s, err := fileSHA256(p)
-		files[filepath.ToSlash(rel)] = s
-		return err
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		files[filepath.ToSlash(rel)] = fmt.Sprintf("%d bytes, modified %d", fi.Size(), fi.ModTime().UnixNano())
+		return nil
 	})
 	return files, err
 }
