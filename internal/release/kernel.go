@@ -112,15 +112,18 @@ func UnpackKernelDeb(deb, dir string) (*Kernel, error) {
 	if err := depmod(dir, k.Version); err != nil {
 		return nil, err
 	}
+	return k, k.readDeps()
+}
+
+// readDeps reads depmod's index of the modules.
+func (k *Kernel) readDeps() error {
 	f, err := os.Open(filepath.Join(k.ModulesDir(), "modules.dep"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	if k.deps, err = kmod.ParseDeps(f); err != nil {
-		return nil, err
-	}
-	return k, nil
+	k.deps, err = kmod.ParseDeps(f)
+	return err
 }
 
 func depmod(root, version string) error {
@@ -263,15 +266,7 @@ func openUnpacked(deb, sum, dir string) (*Kernel, error) {
 		return nil, fmt.Errorf("the kernel unpacked in %s differs from what was recorded", dir)
 	}
 	k := &Kernel{Version: m.Version, Package: filepath.Base(deb), PackageSHA256: sum, Root: dir}
-	f, err := os.Open(filepath.Join(k.ModulesDir(), "modules.dep"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if k.deps, err = kmod.ParseDeps(f); err != nil {
-		return nil, err
-	}
-	return k, nil
+	return k, k.readDeps()
 }
 
 // statTree is the size and modification time of every file under dir but the manifest, by
