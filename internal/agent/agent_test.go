@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,6 +81,8 @@ type sim struct {
 	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
 	// reporting the boot before, as a kubelet that has not started yet leaves it.
 	kubeletLate bool
+	// agent is the agent start started last.
+	agent *Agent
 }
 
 // initReport makes the boot's report as init does when a test gives none: init applied the
@@ -209,7 +213,7 @@ func (s *sim) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
+	s.agent, s.cancel, s.done = a, cancel, make(chan struct{})
 	go func() { defer close(s.done); a.Run(ctx) }()
 }
 
@@ -394,6 +398,85 @@ func (f *fixture) waitFor(t *testing.T, name, what string, ok func(*v1alpha1.Mac
 	}
 }
 
+// passes is how many reconcile passes the agent s runs has finished.
+func (s *sim) passes() uint64 {
+	var d dto.Metric
+	if err := s.metrics.ReconcileSeconds.Write(&d); err != nil {
+		return 0
+	}
+	return d.GetHistogram().GetSampleCount()
+}
+
+// reconciled waits until the agent s runs has what seen looks for in its caches (nil:
+// anything, once they are synced), then until a reconcile pass begun after that has ended.
+// A pass does all it decides on (a reboot, a trial's commit, a slot job, its Events
+// recorded) before it ends, whether or not it writes the status. So a check that something
+// did not happen waits for this first where no status of the change's generation shows
+// the agent took the change in: a Cluster edit while the machine goes down, an agent
+// started again with nothing to change, a later look at what it reported already.
+func (s *sim) reconciled(t *testing.T, what string, seen func(*v1alpha1.Machine, *v1alpha1.Cluster, *corev1.Node) bool) {
+	t.Helper()
+	a := s.agent
+	var last *v1alpha1.Machine
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		if !a.synced.Load() { // the caches are made and listed before
+			return false, nil
+		}
+		m, c, n, err := a.observe()
+		if err != nil || m == nil || c == nil {
+			return false, nil
+		}
+		last = m
+		return seen == nil || seen(m, c, n), nil
+	})
+	if err != nil {
+		if last == nil {
+			t.Fatalf("%s: the agent's caches never held its Machine and the Cluster (waiting for %s)", s.name, what)
+		}
+		t.Fatalf("%s: the agent's caches never showed %s; the Machine's status there: %+v", s.name, what, last.Status)
+	}
+	// Each pass holds a.mu throughout, so none is under way here: the pass counted next
+	// begins after the caches showed it.
+	a.mu.Lock()
+	before := s.passes()
+	a.queue.Add(keyReconcile)
+	a.mu.Unlock()
+	err = wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return s.passes() > before, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: no reconcile pass ended in 30 s after the agent's caches showed %s (%d passes before)", s.name, what, before)
+	}
+}
+
+// apiRequests is how many requests the agent s runs has sent to the API server.
+func (s *sim) apiRequests() float64 {
+	fams, err := s.metrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	n := 0.0
+	for _, f := range fams {
+		if f.GetName() == "liken_agent_api_requests_total" {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// eventsSent waits until every Event the agent s runs has recorded so far is in the API
+// server: its recorder sends them in the background.
+func (s *sim) eventsSent(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if unsent := s.agent.events.Flush(ctx); len(unsent) > 0 {
+		t.Fatalf("%s: %d Events the agent recorded were not sent in 30 s, the first %s: %s", s.name, len(unsent), unsent[0].Reason, unsent[0].Message)
+	}
+}
+
 func condTrue(m *v1alpha1.Machine, t string) bool {
 	return meta.IsStatusConditionTrue(m.Status.Conditions, t)
 }
@@ -468,7 +551,18 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.MetricsServer = ptr(false) })
 		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.LocalStorage = ptr(false) })
 		waitCount(t, "a server restart", func() bool { return s1.restarts() > before1 })
-		time.Sleep(2 * s1.restartDelay) // any extra restart would show by now
+		// Each machine has applied the last edit and has no restart pending (ConfigApplied
+		// says RestartingK3s while one is): no further restart can come, so the counts are
+		// final. Ready: the restarted k3s is healthy again before the next subtest.
+		c, err := f.liken.Cluster(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"s1", "a1"} {
+			f.waitFor(t, n, fmt.Sprintf("Cluster generation %d applied, no k3s restart pending, Ready", c.Generation), func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+				return m.Status.AppliedClusterGeneration >= c.Generation && condTrue(m, v1alpha1.MachineConfigApplied) && condTrue(m, v1alpha1.MachineReady)
+			})
+		}
 		if got := s1.restarts() - before1; got != 1 {
 			t.Errorf("server restarted k3s %d times for a burst of three edits, want 1", got)
 		}
@@ -497,6 +591,11 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 				m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && strings.HasPrefix(hash, "sha256:")
 		})
 		m, _ := f.liken.Machine(t.Context(), "s1")
+		// The status of the edit's generation: had the staged fields changed k3s's files, a
+		// restart would be pending (it comes RestartDelay later) and ConfigApplied would say so.
+		if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConfigApplied); c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("after a staged change ConfigApplied is %+v; want True, no k3s restart pending", c)
+		}
 		got := map[string]v1alpha1.ChangeClass{}
 		for _, p := range m.Status.Pending {
 			got[p.Field] = p.Class
@@ -555,8 +654,10 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 
 	t.Run("a restarted agent re-applies nothing", func(t *testing.T) {
 		f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Sysctls = v1alpha1.Sysctls{"vm.swappiness": "10"} })
-		f.waitFor(t, "s1", "swappiness applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
-			return condTrue(m, v1alpha1.MachineConfigApplied)
+		// Ready too: a status the stopped agent had still to write (k3s healthy again after
+		// a restart, say) would be the restarted agent's to write.
+		f.waitFor(t, "s1", "swappiness applied, Ready", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+			return condTrue(m, v1alpha1.MachineConfigApplied) && condTrue(m, v1alpha1.MachineReady)
 		})
 		waitCount(t, "swappiness written", func() bool { v, _ := s1.sysctl.Read("vm.swappiness"); return v == "10" })
 		p := filepath.Join(s1.sysctl.Root, "vm", "swappiness")
@@ -567,7 +668,9 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		s1.stop()
 		time.Sleep(20 * time.Millisecond)
 		s1.start(t)
-		time.Sleep(2 * time.Second)
+		// By the end of its first pass it has compared everything, and written what it would
+		// write again: a sysctl, k3s's files (a restart only ever follows new files), status.
+		s1.reconciled(t, "the Machine and the Cluster", nil)
 		st2, _ := os.Stat(p)
 		cst2, _ := os.Stat(cfgPath)
 		if !st2.ModTime().Equal(st1.ModTime()) {
@@ -624,7 +727,11 @@ func TestAgentSurvivesAPIOutage(t *testing.T) {
 	restarts := o1.restarts()
 	o1.start(t)
 	waitCount(t, "persisted sysctl re-applied with the API down", func() bool { v, _ := o1.sysctl.Read("vm.swappiness"); return v == "10" })
-	time.Sleep(3 * time.Second)
+	// The agent has met the outage and carries on: each of its three watches asked the API
+	// server and failed, and it has asked again since.
+	waitCount(t, "the agent's first requests to the API server, which is away", func() bool { return o1.apiRequests() >= 3 })
+	failed := o1.apiRequests()
+	waitCount(t, "the agent asking the API server again after its requests failed", func() bool { return o1.apiRequests() > failed })
 	select {
 	case <-o1.done:
 		t.Fatal("the agent stopped while the API was down")

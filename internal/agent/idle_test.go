@@ -33,8 +33,10 @@ func TestIdleMachinesOnlyWatch(t *testing.T) {
 	machines := map[string]v1alpha1.Role{"quiet-s1": v1alpha1.RoleServer, "quiet-a1": v1alpha1.RoleAgent}
 	f := setupFleet(t, machines)
 	logs := map[string]*apiserver.RequestLog{}
+	sims := map[string]*sim{}
 	for n, role := range machines {
 		s := newSim(t, n, role)
+		sims[n] = s
 		boot := f.bootedOnClusterRelease(t)
 		// Init reports the boot time to the second (internal/initd), as the API keeps it in
 		// status. The fake boot's is finer, and the agent, which compares the status it
@@ -77,13 +79,21 @@ func TestIdleMachinesOnlyWatch(t *testing.T) {
 		}
 	}()
 	requests, renewals := map[string]int{}, map[string]int{}
+	passes := map[string]uint64{}
 	for n, l := range logs {
 		requests[n], renewals[n] = l.Mark()
+		passes[n] = sims[n].passes()
 	}
 	const window = 6 * time.Second
 	time.Sleep(window)
 	stop()
 	wg.Wait()
+	// The reports reached the agents: each reconciled on them, and sent nothing.
+	for n, s := range sims {
+		if got := s.passes() - passes[n]; got == 0 {
+			t.Errorf("%s did not reconcile once in %s of Node reports every 500 ms: its silence shows nothing", n, window)
+		}
+	}
 	for n, l := range logs {
 		got := l.Since(requests[n])
 		for _, r := range got {

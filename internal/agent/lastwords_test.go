@@ -225,7 +225,17 @@ func TestApprovedRebootWithoutNewRelease(t *testing.T) {
 	// The machine has not gone down yet (the fake leaves the agent running): a new release
 	// now must wait for the next boot, not be written into a slot.
 	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Version = v2 })
-	time.Sleep(2 * time.Second)
+	// A machine going down writes no status: a pass on the new Cluster is the evidence. A
+	// slot job starts within the pass that decides it, and fetches in the background.
+	n1.reconciled(t, "the Cluster asking for "+v2, func(_ *v1alpha1.Machine, c *v1alpha1.Cluster, _ *corev1.Node) bool {
+		return c.Spec.Version == v2
+	})
+	n1.agent.mu.Lock()
+	job := n1.agent.job
+	n1.agent.mu.Unlock()
+	if job != nil {
+		t.Errorf("a slot job for release %s into slot %s started after the reboot was taken", job.version, job.slot)
+	}
 	if n := ch.gets[v2].Load(); n != 0 {
 		t.Errorf("release %s was fetched %d times after the reboot was taken", v2, n)
 	}
@@ -289,10 +299,13 @@ func TestRebootRequest(t *testing.T) {
 			boot.mu.Unlock()
 		}
 		q1.start(t)
-		f.waitFor(t, "q1", "the request carried out", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		done := func(m *v1alpha1.Machine) bool {
 			return !hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootNone
-		})
-		time.Sleep(time.Second)
+		}
+		f.waitFor(t, "q1", "the request carried out", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return done(m) })
+		// The second time round the status above may still be the boot before's: a pass of
+		// this agent after it is the evidence that this boot, too, took the request as done.
+		q1.reconciled(t, "the request carried out in status", func(m *v1alpha1.Machine, _ *v1alpha1.Cluster, _ *corev1.Node) bool { return done(m) })
 		if n := boot.rebootCount(); n != 1 {
 			t.Fatalf("%d reboots for one request (state file lost: %v)", n, lose)
 		}
@@ -348,7 +361,9 @@ func TestKilledInLastWords(t *testing.T) {
 	k1.stop()
 	// Restarted while init takes the machine down: the reboot is under way, not asked twice.
 	k1.start(t)
-	time.Sleep(3 * time.Second) // several passes: the agent reconciles within a second of its start
+	// A machine going down writes no status: a pass of the agent started again is the
+	// evidence that it took in the reboot under way.
+	k1.reconciled(t, "the Machine and the Cluster", nil)
 	if n := boot.rebootCount(); n != 1 {
 		t.Errorf("an agent restarted while init takes the machine down asked again: %d reboots", n)
 	}

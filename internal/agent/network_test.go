@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -106,14 +105,15 @@ func TestNetworkChangeIsATrial(t *testing.T) {
 		}
 		return false
 	})
-	// Not tried again, whatever is approved, until spec.network changes.
+	// Not tried again, whatever is approved, until spec.network changes. The status of the
+	// approval's generation is the agent's decision (a reboot is taken within the pass that
+	// writes it), and None asks the coordinator for no turn.
 	approve(f, "n1")
-	time.Sleep(2 * time.Second)
+	f.waitFor(t, "n1", "the approval taken in, and no reboot asked for the failed network", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootNone && strings.Contains(m.Status.Reboot.Message, "machine.spec.network failed a trial here")
+	})
 	if boot.rebootCount() != reboots {
 		t.Fatalf("a network that failed its trial rebooted the machine again: %+v", boot.lastReboot())
-	}
-	if m, _ := f.liken.Machine(t.Context(), "n1"); m.Status.Reboot.State != v1alpha1.RebootNone || !strings.Contains(m.Status.Reboot.Message, "machine.spec.network failed a trial here") {
-		t.Errorf("status.reboot: %+v", m.Status.Reboot)
 	}
 	// A disk k3s does not need, added meanwhile, waits with the failed network: the two boot
 	// together, and status says so rather than blame the disk.
@@ -214,13 +214,14 @@ func TestK3sDataDiskChangeIsATrial(t *testing.T) {
 	if r := boot.get().Report; r == nil || len(r.Disks) != 0 {
 		t.Errorf("the boot after the failed trial ran disks %+v; want the last good ones (none)", r)
 	}
+	// The status of the approval's generation is the agent's decision (see
+	// TestNetworkChangeIsATrial).
 	approve(f, "n1")
-	time.Sleep(2 * time.Second)
+	f.waitFor(t, "n1", "the approval taken in, and no reboot asked for the failed disks", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootNone && strings.Contains(m.Status.Reboot.Message, "machine.spec.disks failed a trial here")
+	})
 	if boot.rebootCount() != reboots {
 		t.Fatalf("disks that failed their trial rebooted the machine again: %+v", boot.lastReboot())
-	}
-	if m, _ := f.liken.Machine(t.Context(), "n1"); !strings.Contains(m.Status.Reboot.Message, "machine.spec.disks failed a trial here") {
-		t.Errorf("status.reboot: %+v", m.Status.Reboot)
 	}
 
 	// A disk k3s does not need: no trial, and the next boot takes it.
@@ -284,10 +285,15 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 	boot.boot("boot-2", "A", true, "")
 	s1.start(t)
 	defer s1.stop()
+	waiting := func(m *v1alpha1.Machine) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeTrial && strings.Contains(m.Status.Upgrade.Message, "none of a1 renewed its Node Lease")
+	}
 	f.waitFor(t, "s1", "the trial waiting for a peer, said in status", func(m *v1alpha1.Machine, n *corev1.Node) bool {
-		return kube.NodeReady(n) && m.Status.Upgrade.State == v1alpha1.UpgradeTrial && strings.Contains(m.Status.Upgrade.Message, "none of a1 renewed its Node Lease")
+		return kube.NodeReady(n) && waiting(m)
 	})
-	time.Sleep(3 * time.Second)
+	// The pass that said so may be the first look at a1's Lease, which only notes it: a
+	// pass after it looked again, and found it not renewed.
+	s1.reconciled(t, "the trial waiting for a peer, in status", func(m *v1alpha1.Machine, _ *v1alpha1.Cluster, _ *corev1.Node) bool { return waiting(m) })
 	if boot.get().Committed {
 		t.Fatal("the server's network trial committed with no other machine reaching it")
 	}

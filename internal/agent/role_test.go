@@ -67,8 +67,11 @@ func TestRoleMismatch(t *testing.T) {
 	// The agent starting again on the same boot says nothing new; the next boot says it again.
 	s1.stop()
 	s1.start(t)
+	// The status from before the restart still says RoleMismatch: what shows the new agent
+	// had its say is a pass of its own, and the Events it recorded by then sent.
+	s1.reconciled(t, "the Machine and the Cluster", nil)
+	s1.eventsSent(t)
 	f.waitFor(t, "role1", "RoleMismatch still reported after the agent's restart", reported)
-	time.Sleep(2 * time.Second)
 	f.waitRoleEvents(t, "role1", 1)
 	s1.comeBack(t, boot1, "boot-2")
 	f.waitRoleEvents(t, "role1", 2)

@@ -15,6 +15,7 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -72,6 +73,39 @@ func (f *fixture) turnOf(machine string) *v1alpha1.Turn {
 		}
 	}
 	return nil
+}
+
+// holdsTurn says whether machine holds a turn in c's status.
+func holdsTurn(c *v1alpha1.Cluster, machine string) bool {
+	for _, t := range c.Status.Turns {
+		if t.Machine == machine {
+			return true
+		}
+	}
+	return false
+}
+
+// coordinatorCaughtUp waits until the coordinator has planned from every Machine as it is
+// now. It makes a Machine that never joins, which a plan names in the Cluster's Available
+// condition; the coordinator reads the Machines from one watch, in order, so that plan saw
+// every Machine change made before. A plan that changes nothing writes nothing, so nothing
+// else in the Cluster's status tells one that kept things as they are from none at all.
+func (f *fixture) coordinatorCaughtUp(t *testing.T) {
+	t.Helper()
+	probe := fmt.Sprintf("probe-%d", time.Now().UnixNano())
+	if _, err := f.liken.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: probe}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}); err != nil {
+		t.Fatal(err)
+	}
+	// Never joined, it takes none of the budget while it is there.
+	defer func() {
+		if err := f.liken.DeleteMachine(context.Background(), probe); err != nil {
+			t.Errorf("deleting Machine %s: %v", probe, err)
+		}
+	}()
+	f.waitCluster(t, "the coordinator's plan naming Machine "+probe+" as never joined", func(c *v1alpha1.Cluster) bool {
+		a := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterAvailable)
+		return a != nil && strings.Contains(a.Message, "not counted: ") && strings.Contains(a.Message, probe)
+	})
 }
 
 // waitReboots waits until boot took n reboots, failing with the machine's and the
@@ -211,7 +245,11 @@ func TestKilledAfterEachStep(t *testing.T) {
 			if !f.podGone(name + "-web") {
 				t.Error("its pod was not evicted")
 			}
-			time.Sleep(2 * time.Second)
+			// The agent decides to reboot within a pass: one that saw its turn gone and
+			// nothing pending is the last that could have, until something changes.
+			s.reconciled(t, "nothing pending and its turn gone", func(m *v1alpha1.Machine, c *v1alpha1.Cluster, _ *corev1.Node) bool {
+				return len(m.Status.Pending) == 0 && m.Status.Reboot.State == v1alpha1.RebootNone && !holdsTurn(c, name)
+			})
 			if n := boot.rebootCount(); n != 1 {
 				t.Errorf("%d reboots for one change", n)
 			}
@@ -259,11 +297,18 @@ func TestNoRebootLoop(t *testing.T) {
 	})
 	f.waitReboots(t, "loop1", boot, 1, "the reboot for the disk")
 	s.comeBack(t, boot, "boot-2")
-	f.waitFor(t, "loop1", "the change still pending, waiting for an operator", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+	waiting := func(m *v1alpha1.Machine) bool {
 		return hasPending(m, "machine.spec.disks") && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval &&
-			strings.Contains(m.Status.Reboot.Message, "happened already") && f.turnOf("loop1") == nil && !n.Spec.Unschedulable
+			strings.Contains(m.Status.Reboot.Message, "happened already")
+	}
+	f.waitFor(t, "loop1", "the change still pending, waiting for an operator", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		return waiting(m) && f.turnOf("loop1") == nil && !n.Spec.Unschedulable
 	})
-	time.Sleep(3 * time.Second)
+	// Its turn was given back after that status: a pass that saw it gone is the evidence
+	// that nothing left makes the machine ask again.
+	s.reconciled(t, "the change waiting for an operator and its turn gone", func(m *v1alpha1.Machine, c *v1alpha1.Cluster, _ *corev1.Node) bool {
+		return waiting(m) && !holdsTurn(c, "loop1")
+	})
 	if n := boot.rebootCount(); n != 1 {
 		t.Fatalf("%d reboots: the machine rebooted again for a change its reboot did not take", n)
 	}
@@ -273,7 +318,9 @@ func TestNoRebootLoop(t *testing.T) {
 	f.waitFor(t, "loop1", "waiting for an operator again", func(m *v1alpha1.Machine, n *corev1.Node) bool {
 		return m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && f.turnOf("loop1") == nil && !n.Spec.Unschedulable
 	})
-	time.Sleep(3 * time.Second)
+	s.reconciled(t, "the change waiting for an operator again and its turn gone", func(m *v1alpha1.Machine, c *v1alpha1.Cluster, _ *corev1.Node) bool {
+		return m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && !holdsTurn(c, "loop1")
+	})
 	if n := boot.rebootCount(); n != 2 {
 		t.Fatalf("%d reboots after one approval of a change that stays pending; want 2", n)
 	}
@@ -326,8 +373,9 @@ func TestStaleApprovalNeverApplies(t *testing.T) {
 	waiting("the second change waiting for approval", "")
 	second := hash
 	approveHash(first)
+	// The status of the approval's generation is the agent's decision: a reboot is taken
+	// within the pass that writes it, and WaitingForApproval asks the coordinator for no turn.
 	waiting("the first set's approval shown as stale", first)
-	time.Sleep(2 * time.Second)
 	if boot.rebootCount() != 0 || f.turnOf("stale1") != nil {
 		t.Fatalf("a stale approval started a reboot (%d reboots, turn %+v)", boot.rebootCount(), f.turnOf("stale1"))
 	}
@@ -339,7 +387,6 @@ func TestStaleApprovalNeverApplies(t *testing.T) {
 	network("eth1")
 	waiting("a later change waiting for its own approval", "")
 	waiting("the used approval shown as stale for it", second)
-	time.Sleep(2 * time.Second)
 	if n := boot.rebootCount(); n != 1 {
 		t.Fatalf("%d reboots: a used approval approved a later change", n)
 	}
@@ -542,7 +589,9 @@ func TestTurnHeldThroughTrial(t *testing.T) {
 		return hasPending(m, requestField) && m.Status.Reboot.State == v1alpha1.RebootVerifying && tn != nil && n.Spec.Unschedulable
 	}
 	f.waitFor(t, "h1", "the request pending and the trial holding its turn", held)
-	time.Sleep(3 * time.Second) // many coordinator passes (it resyncs every 500 ms)
+	// A plan from h1's status as it is now kept h1's turn and gave h2 none: no later plan
+	// differs while nothing changes.
+	f.coordinatorCaughtUp(t)
 	f.waitFor(t, "h1", "still holding its turn", held)
 	if tn := f.turnOf("h2"); tn != nil || b2.rebootCount() != 0 {
 		t.Fatalf("h2 was given a turn (%+v, %d reboots) while h1's trial was not committed", tn, b2.rebootCount())
@@ -582,12 +631,18 @@ func TestRefusedDiskAsksForNoReboot(t *testing.T) {
 	})
 	f.waitReboots(t, "rd1", boot, 2, "the reboot for the network")
 	s.comeBack(t, boot, "boot-3")
-	f.waitFor(t, "rd1", "the network applied, the disk still pending and no reboot asked for", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+	left := func(m *v1alpha1.Machine) bool {
 		return !hasPending(m, "machine.spec.network") && hasPending(m, "machine.spec.disks") &&
-			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && strings.Contains(m.Status.Reboot.Message, "could not apply") &&
-			f.turnOf("rd1") == nil && !n.Spec.Unschedulable
+			m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval && strings.Contains(m.Status.Reboot.Message, "could not apply")
+	}
+	f.waitFor(t, "rd1", "the network applied, the disk still pending and no reboot asked for", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		return left(m) && f.turnOf("rd1") == nil && !n.Spec.Unschedulable
 	})
-	time.Sleep(3 * time.Second) // many passes of the agent and the coordinator
+	// Its turn was given back after that status: a pass that saw it gone is the evidence
+	// that the disk left pending does not make the machine ask again.
+	s.reconciled(t, "the disk left pending and the turn gone", func(m *v1alpha1.Machine, c *v1alpha1.Cluster, _ *corev1.Node) bool {
+		return left(m) && !holdsTurn(c, "rd1")
+	})
 	if n := boot.rebootCount(); n != 2 {
 		t.Fatalf("%d reboots: the refused disk asked for another reboot by itself", n)
 	}

@@ -344,7 +344,7 @@ func TestUpgradeFlow(t *testing.T) {
 	})
 	reboots := boot.rebootCount()
 	approve(f, "u1") // an approval does not bring a failed release back
-	time.Sleep(2 * time.Second)
+	notRetried(t, f, "the approval")
 	if boot.rebootCount() != reboots {
 		t.Fatal("a failed release was tried again without spec.retryFailedDigest")
 	}
@@ -381,7 +381,7 @@ func TestUpgradeFlow(t *testing.T) {
 		return m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(f) == 1 && f[0].Reason == v1alpha1.ReasonWatchdog
 	})
 	approve(f, "u1")
-	time.Sleep(2 * time.Second)
+	notRetried(t, f, "the approval after the failed retry")
 	if boot.rebootCount() != reboots+1 {
 		t.Fatal("a release whose retry failed was tried again")
 	}
@@ -390,12 +390,13 @@ func TestUpgradeFlow(t *testing.T) {
 	f.waitFor(t, "u1", "the sysctl edit applied", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return condTrue(m, v1alpha1.MachineConfigApplied)
 	})
-	time.Sleep(2 * time.Second)
+	// The status of the edit's generation: a slot job started for a retry would show there
+	// as Downloading, since it starts within the pass that decides it.
 	if m, _ := f.liken.Machine(t.Context(), "u1"); m.Status.Upgrade.State != v1alpha1.UpgradeFellBack {
 		t.Fatalf("after an unrelated edit the failed release is %s; want it left FellBack: %s", m.Status.Upgrade.State, m.Status.Upgrade.Message)
 	}
 	approve(f, "u1")
-	time.Sleep(2 * time.Second)
+	notRetried(t, f, "the approval after the unrelated edit")
 	if boot.rebootCount() != reboots+1 {
 		t.Fatal("an unrelated edit of the Machine let a failed retry be tried again")
 	}
@@ -409,8 +410,10 @@ func TestUpgradeFlow(t *testing.T) {
 		f := m.Status.Upgrade.FailedReleases
 		return m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && len(f) == 1 && f[0].Reason == v1alpha1.ReasonWatchdog && f[0].Retried
 	})
+	// The status above may still be the last run's: the approval's generation is this
+	// agent's.
 	approve(f, "u1")
-	time.Sleep(2 * time.Second)
+	notRetried(t, f, "the approval after the state file was lost")
 	if boot.rebootCount() != reboots+1 {
 		t.Fatal("a failed release was tried again after the state file was lost")
 	}
@@ -437,6 +440,17 @@ func TestUpgradeFlow(t *testing.T) {
 		}
 	}
 	s.stop()
+}
+
+// notRetried waits for u1's status of its current generation (after what, an edit) to say
+// the release that failed its trial stays failed and no reboot is asked for. That status
+// is the agent's decision: a reboot is taken, and a slot job started, within the pass
+// that writes it; and None asks the coordinator for no turn.
+func notRetried(t *testing.T, f *fixture, what string) {
+	t.Helper()
+	f.waitFor(t, "u1", what+" taken in, the failed release not retried", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeFellBack && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
 }
 
 func hasPending(m *v1alpha1.Machine, field string) bool {
@@ -518,7 +532,17 @@ func TestTrialCommitsOnThisBootsEvidence(t *testing.T) {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineReady)
 		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "from another boot")
 	})
-	time.Sleep(3 * time.Second) // several heartbeats of the stale Node, Ready all along
+	// The stale Node reported again, Ready, as the last boot's kubelet would: a pass on
+	// that report (a trial commits within a pass) is the evidence.
+	f.reportNode(t, "e1")
+	n, err := f.admin.CoreV1().Nodes().Get(t.Context(), "e1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := readyHeartbeat(n)
+	s.reconciled(t, "the stale Node's new report", func(_ *v1alpha1.Machine, _ *v1alpha1.Cluster, n *corev1.Node) bool {
+		return n != nil && n.Status.NodeInfo.BootID == "boot-1" && kube.NodeReady(n) && !readyHeartbeat(n).Before(reported)
+	})
 	if boot.get().Committed {
 		t.Fatal("the trial was committed on the Node's Ready from the boot before it")
 	}
@@ -528,6 +552,16 @@ func TestTrialCommitsOnThisBootsEvidence(t *testing.T) {
 	f.waitFor(t, "e1", "Ready on slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		return condTrue(m, v1alpha1.MachineReady) && m.Status.Release != nil && m.Status.Release.Slot == "B" && !m.Status.Release.Trial
 	})
+}
+
+// readyHeartbeat is when n's Ready condition was last reported.
+func readyHeartbeat(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // TestAppliedMeansObservedAtBoot: a boot-time setting is marked applied only when init's
@@ -623,7 +657,9 @@ func TestAppliedMeansObservedAtBoot(t *testing.T) {
 	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Features.Swap = &on })
 	f.waitFor(t, "o1", "swap staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "cluster.spec.features.swap") })
 	powerCycle("boot-7", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}})
-	time.Sleep(2 * time.Second)
+	// The status before the power cycle says the same: a pass of the agent of boot-7 (the
+	// first takes in init's report) is the evidence that this boot left swap pending.
+	s.reconciled(t, "the Machine and the Cluster", nil)
 	f.waitFor(t, "o1", "swap still pending after a boot without it", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "cluster.spec.features.swap") })
 	powerCycle("boot-8", &state.BootReport{Network: net, KernelModules: mods2, Disks: disks, DiskStatus: []v1alpha1.DiskStatus{ready}, Swap: &on})
 	defer s.stop()

@@ -455,11 +455,12 @@ func TestUnavailableNodesCountAgainstTheBudget(t *testing.T) {
 	agents := f.agents(100*time.Millisecond, "count1")
 	f.coordinator("srv-c", true)
 	agents["count1"].ask()
+	// The plan that says count1 waits is the coordinator's decision on its ask: it gave no
+	// turn, and a machine reboots only on one.
 	f.waitFor("count1 said to wait for count2", 30*time.Second, func() bool {
 		st := f.cluster().Status
 		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "count1" && strings.Contains(st.Waiting[0].Reason, "count2") && len(st.Turns) == 0
 	})
-	time.Sleep(time.Second)
 	if n := agents["count1"].reboots.Load(); n != 0 {
 		t.Fatalf("count1 rebooted while count2 was NotReady with a budget of 1")
 	}
@@ -568,7 +569,9 @@ func TestCoordinatorGoesLast(t *testing.T) {
 // back; the Node, NotReady, still counts until the machine leaves the fleet.
 func TestHolderNeverReturns(t *testing.T) {
 	StuckAfter = 2 * time.Second
-	defer func() { StuckAfter = 15 * time.Minute }()
+	// Put back once the test's coordinator has stopped (cleanups run last first), not while
+	// it still plans with it: a defer ran before the coordinator's cleanup, a data race.
+	t.Cleanup(func() { StuckAfter = 15 * time.Minute })
 	f := newFleet(t, nil, machines("dead", 2, v1alpha1.RoleAgent))
 	agents := f.agents(100*time.Millisecond, f.names...)
 	agents["dead1"].neverReturns = true
@@ -576,13 +579,14 @@ func TestHolderNeverReturns(t *testing.T) {
 	agents["dead1"].ask()
 	f.waitFor("dead1 went down", 30*time.Second, func() bool { return agents["dead1"].reboots.Load() == 1 })
 	agents["dead2"].ask()
-	time.Sleep(3 * time.Second)
-	st := f.cluster().Status
+	// The plan that says dead2 waits is the coordinator's decision on its ask.
+	var st v1alpha1.ClusterStatus
+	f.waitFor("dead2 told it waits for dead1", 30*time.Second, func() bool {
+		st = f.cluster().Status
+		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "dead2" && strings.Contains(st.Waiting[0].Reason, "dead1")
+	})
 	if len(st.Turns) != 1 || st.Turns[0].Machine != "dead1" || agents["dead2"].reboots.Load() != 0 {
 		t.Fatalf("with dead1 down, turns are %+v and dead2 rebooted %d times", st.Turns, agents["dead2"].reboots.Load())
-	}
-	if len(st.Waiting) != 1 || !strings.Contains(st.Waiting[0].Reason, "dead1") {
-		t.Errorf("dead2's wait does not name dead1: %+v", st.Waiting)
 	}
 	f.waitFor("the Cluster Degraded because dead1 is not back", 30*time.Second, func() bool {
 		c := meta.FindStatusCondition(f.cluster().Status.Conditions, v1alpha1.ClusterDegraded)
@@ -598,11 +602,13 @@ func TestHolderNeverReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the turn taken back and dead1 uncordoned", 30*time.Second, func() bool {
-		return len(f.cluster().Status.Turns) == 0 && !f.node("dead1").Spec.Unschedulable
-	})
 	// dead1's Node, NotReady, still counts against the budget: dead2 waits until it is gone.
-	time.Sleep(time.Second)
+	// The plan that takes the turn back says so, and gives dead2 none.
+	f.waitFor("the turn taken back, dead1 uncordoned and dead2 told it waits for dead1", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Turns) == 0 && len(st.Waiting) == 1 && st.Waiting[0].Machine == "dead2" && strings.Contains(st.Waiting[0].Reason, "dead1") &&
+			!f.node("dead1").Spec.Unschedulable
+	})
 	if agents["dead2"].reboots.Load() != 0 {
 		t.Fatal("dead2 rebooted while dead1's Node was NotReady")
 	}
@@ -769,11 +775,12 @@ func TestMaintenanceWindow(t *testing.T) {
 	agents := f.agents(100*time.Millisecond, f.names...)
 	f.coordinator("srv-h", true)
 	agents["win1"].ask()
+	// The plan that says win1 waits for the window is the coordinator's decision on its ask:
+	// it gave no turn, and a machine reboots only on one.
 	f.waitFor("win1 told when the next window opens", 30*time.Second, func() bool {
 		st := f.cluster().Status
 		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "win1" && strings.Contains(st.Waiting[0].Reason, "the next opens at") && len(st.Turns) == 0
 	})
-	time.Sleep(time.Second)
 	if agents["win1"].reboots.Load() != 0 {
 		t.Fatal("an Auto reboot started outside the maintenance window")
 	}
