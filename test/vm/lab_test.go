@@ -76,7 +76,11 @@ func TestLabUpAndDown(t *testing.T) {
 	start := time.Now()
 	// --timeout: up's machines took 9 min to be Ready beside another test (the default is
 	// 15 min, for a user's machine with nothing else running); add's the same.
-	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1", "--timeout", "25m")
+	// --kernel-args: a trial deadline of 8 minutes, not the default 10, so the server's
+	// network trial below fails sooner; still long enough for the upgrade's good trials,
+	// which bring a server's control plane up beside other tests.
+	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1", "--timeout", "25m",
+		"--kernel-args", "liken.trial.deadline=480")
 	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("liken lab up: %v\n%s", err, out)
@@ -287,10 +291,84 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Errorf("the channel served %s's slot image %d times; want 2 (once per machine)\n%s", v2, n, chlog)
 	}
 
+	// A server's network trial that cuts it off from its agent falls back, in a cluster with
+	// no API server but the server's own: the server's agent reaches its own k3s over
+	// loopback, so k3s and its Node are healthy on the new address; only a peer reaching it
+	// there would prove the address works, and none can (the agent's k3s knows the server by
+	// its old address). The trial waits for a peer until its deadline (--kernel-args above)
+	// and the next boot is on the last good network, the failure and what the trial waited
+	// for in status. The host reaches the API through the user network, which the change
+	// leaves alone.
+	serverMark := len(console(serverConsole))
+	netStart := time.Now()
+	setServerAddress := func(addr string) {
+		t.Helper()
+		eventually(t, "setting lab-server-1's private address to "+addr, func(ctx context.Context) error {
+			m, err := lc.Machine(ctx, "lab-server-1")
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(m.Spec.Network.Interfaces, func(n v1alpha1.Interface) bool { return n.Name == "eth1" })
+			if i < 0 {
+				return fmt.Errorf("lab-server-1 has no eth1: %+v", m.Spec.Network.Interfaces)
+			}
+			m.Spec.Network.Interfaces[i].Addresses = []string{addr}
+			_, err = lc.UpdateMachine(ctx, m)
+			return err
+		})
+	}
+	setServerAddress("192.168.76.99/24")
+	serverWaits := func(what string, bound time.Duration, ok func(*v1alpha1.Machine) bool) *v1alpha1.Machine {
+		t.Helper()
+		var last *v1alpha1.Machine
+		if err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, bound, true, func(ctx context.Context) (bool, error) {
+			m, err := lc.Machine(ctx, "lab-server-1")
+			if err == nil {
+				last = m
+			}
+			return err == nil && ok(m), nil // the API is down while the server reboots
+		}); err != nil {
+			t.Fatalf("lab-server-1: %s: not within %s; last status %+v", what, bound, last)
+		}
+		return last
+	}
+	serverWaits("the network change waiting for approval", 2*time.Minute, func(m *v1alpha1.Machine) bool {
+		return hasPending(m, "machine.spec.network") && m.Status.Reboot.State == v1alpha1.RebootWaitingForApproval
+	})
+	if out, err := liken("approve-reboot", "lab-server-1", "--kubeconfig", kc); err != nil {
+		t.Fatalf("liken approve-reboot lab-server-1: %v\n%s", err, out)
+	}
+	trialLines := []string{"liken-init: network and disks: this trial boot tries the staged settings", "missed its health deadline",
+		"liken-init: network and disks: the last good settings"}
+	if err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 15*time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(console(serverConsole)[serverMark:], trialLines[len(trialLines)-1]), nil
+	}); err != nil {
+		t.Fatalf("lab-server-1 did not boot its last good network within 15 minutes of the approval; its console since:\n%s", console(serverConsole)[serverMark:])
+	}
+	if !inOrder(console(serverConsole)[serverMark:], trialLines...) {
+		t.Errorf("lab-server-1's console does not show the network trial, its missed deadline and the fallback in that order")
+	}
+	m := serverWaits("the failed trial reported, Ready on the old network", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHealthDeadline &&
+			meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+	netTook := time.Since(netStart)
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed); !strings.Contains(c.Message, "no other machine has reached this server on its new network") ||
+		!strings.Contains(c.Message, "lab-agent-1") {
+		t.Errorf("the failure does not say that no peer (lab-agent-1) reached the server on its new network: %s", c.Message)
+	}
+	// The operator takes the change back: nothing is pending, and the agent is Ready with it.
+	setServerAddress("192.168.76.10/24")
+	serverWaits("nothing pending once the change is taken back", 2*time.Minute, func(m *v1alpha1.Machine) bool {
+		return len(m.Status.Pending) == 0 && m.Status.Reboot.State == v1alpha1.RebootNone
+	})
+	fleetOn(v2, v1alpha1.SlotB, 2, 5*time.Minute)
+
 	// A machine added as install.md adds one: `liken lab add` builds the layers again with
 	// lab-agent-2, power-cycles the server with the newer layer, so that bootstrap makes
 	// lab-agent-2 only, and installs lab-agent-2 with the release the Cluster runs now.
-	serverMark := len(console(serverConsole))
+	serverMark = len(console(serverConsole))
 	addStart := time.Now()
 	out, err = liken("lab", "add", "--dir", dir, "--timeout", "25m")
 	if err != nil {
@@ -347,8 +425,8 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
-	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; a live sysctl edit applied in %s; fleet upgrade with approvals %s; lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
-		took.Round(time.Second), liveTook.Round(time.Second), upgradeTook.Round(time.Second), added.Round(time.Second))
+	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; a live sysctl edit applied in %s; fleet upgrade with approvals %s; the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline 480 s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+		took.Round(time.Second), liveTook.Round(time.Second), upgradeTook.Round(time.Second), netTook.Round(time.Second), added.Round(time.Second))
 }
 
 // noLeftovers fails the test if a process the lab in dir started still runs, and stops it:

@@ -23,7 +23,7 @@ import (
 // test each takes longer, about twice as long for the trial failures.
 var expectedSeconds = map[string]int{
 	"TestTrialFailuresEndOnTheLastGoodSlot": 950,
-	"TestLabUpAndDown":                      780,
+	"TestLabUpAndDown":                      1400,
 	"TestUpgradeCommitAndRollback":          350,
 	"TestNetworkChangeIsATrial":             300,
 	"TestTwoMachinesTakeTurns":              280,
