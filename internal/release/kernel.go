@@ -54,6 +54,11 @@ func UnpackKernelDeb(deb, dir string) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	return unpackKernelDeb(deb, sum, dir)
+}
+
+// unpackKernelDeb is UnpackKernelDeb of the package whose SHA-256 is sum.
+func unpackKernelDeb(deb, sum, dir string) (*Kernel, error) {
 	cmd := exec.Command("dpkg-deb", "--fsys-tarfile", deb)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -195,6 +200,12 @@ func FindKernelDeb(path, cacheDir string) (string, error) {
 // or removed since, is found and unpacked again.
 const unpackedManifest = "liken-unpacked.json"
 
+// unpackedIndex is the manifest's content.
+type unpackedIndex struct {
+	Version string            `json:"version"`
+	Files   map[string]string `json:"files"`
+}
+
 // UnpackKernelDebCached is UnpackKernelDeb into cacheDir/unpacked/<the package's SHA-256>,
 // done once per package: dpkg-deb's decompression and depmod took 36 s of each release
 // build beside other work, five builds a test run. An entry is used only when every file
@@ -222,7 +233,7 @@ func UnpackKernelDebCached(deb, cacheDir string) (*Kernel, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("removing a damaged unpacked kernel: %w", err)
 	}
-	k, err := UnpackKernelDeb(deb, dir)
+	k, err := unpackKernelDeb(deb, sum, dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -231,10 +242,7 @@ func UnpackKernelDebCached(deb, cacheDir string) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(struct {
-		Version string            `json:"version"`
-		Files   map[string]string `json:"files"`
-	}{k.Version, files})
+	b, err := json.Marshal(unpackedIndex{Version: k.Version, Files: files})
 	if err != nil {
 		return nil, err
 	}
@@ -251,10 +259,7 @@ func openUnpacked(deb, sum, dir string) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m struct {
-		Version string            `json:"version"`
-		Files   map[string]string `json:"files"`
-	}
+	var m unpackedIndex
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", unpackedManifest, err)
 	}
