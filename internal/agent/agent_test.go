@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -692,6 +693,20 @@ func waitCount(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
 		t.Fatalf("%s never happened", what)
+	}
+}
+
+// waitMachineCount is waitCount that, on failure, says what the Machine's status says.
+func waitMachineCount(t *testing.T, f *fixture, name, what string, ok func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
+		m, err := f.liken.Machine(context.Background(), name)
+		if err != nil {
+			t.Fatalf("%s never happened (and reading Machine %s: %v)", what, name, err)
+		}
+		spec, _ := json.Marshal(m.Spec.Reboot)
+		t.Fatalf("%s never happened: Machine %s has reboot %s (%s), upgrade %s (%s), pending %s; spec.reboot %s",
+			what, name, m.Status.Reboot.State, m.Status.Reboot.Message, m.Status.Upgrade.State, m.Status.Upgrade.Message, m.Status.PendingHash, spec)
 	}
 }
 

@@ -365,7 +365,12 @@ func TestStaleApprovalNeverApplies(t *testing.T) {
 	first := hash
 	approveHash := func(h string) {
 		f.editMachine("stale1", func(m *v1alpha1.Machine) {
-			m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: h, ApprovedBy: "test", ApprovedAt: &metav1.Time{Time: time.Now()}}}
+			var prev *v1alpha1.RebootApproval
+			if m.Spec.Reboot != nil {
+				prev = m.Spec.Reboot.Approval
+			}
+			at := v1alpha1.NewApprovalTime(prev, h, time.Now())
+			m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: h, ApprovedBy: "test", ApprovedAt: &at}}
 		})
 	}
 	// The set changes before the operator's approval of the first lands: it is stale.

@@ -428,7 +428,7 @@ func TestUpgradeFlow(t *testing.T) {
 		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "A"
 	})
 	approve(f, "u1")
-	waitCount(t, "the new setting's retry reboot", func() bool { return boot.rebootCount() == reboots+2 })
+	waitMachineCount(t, f, "u1", "the new setting's retry reboot", func() bool { return boot.rebootCount() == reboots+2 })
 	events, _ := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=u1"})
 	seen := map[string]bool{}
 	for _, e := range events.Items {
@@ -474,7 +474,8 @@ func approve(f *fixture, name string) {
 		if m.Spec.Reboot == nil {
 			m.Spec.Reboot = &v1alpha1.RebootControl{}
 		}
-		m.Spec.Reboot.Approval = &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test", ApprovedAt: &metav1.Time{Time: time.Now()}}
+		at := v1alpha1.NewApprovalTime(m.Spec.Reboot.Approval, hash, time.Now())
+		m.Spec.Reboot.Approval = &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "test", ApprovedAt: &at}
 	})
 }
 

@@ -197,7 +197,11 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting, s
 	// approval is only given for the set shown here. The approval is replaced whole: a merge
 	// patch keeps a field it leaves out, and an earlier approval's serversDown must not
 	// outlive it.
-	fields := map[string]any{"pendingHash": a.PendingHash, "approvedAt": metav1.Time{Time: time.Now().UTC()}, "approvedBy": nil, "serversDown": nil}
+	var prev *v1alpha1.RebootApproval
+	if m.Spec.Reboot != nil {
+		prev = m.Spec.Reboot.Approval
+	}
+	fields := map[string]any{"pendingHash": a.PendingHash, "approvedAt": v1alpha1.NewApprovalTime(prev, a.PendingHash, time.Now()), "approvedBy": nil, "serversDown": nil}
 	if who != "" {
 		fields["approvedBy"] = who
 	}

@@ -76,7 +76,8 @@ func (j *joined) approve(t *testing.T) string {
 		if m.Spec.Reboot == nil {
 			m.Spec.Reboot = &v1alpha1.RebootControl{}
 		}
-		m.Spec.Reboot.Approval = &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "vm-test", ApprovedAt: &metav1.Time{Time: time.Now()}}
+		at := v1alpha1.NewApprovalTime(m.Spec.Reboot.Approval, hash, time.Now())
+		m.Spec.Reboot.Approval = &v1alpha1.RebootApproval{PendingHash: hash, ApprovedBy: "vm-test", ApprovedAt: &at}
 	})
 	return hash
 }
