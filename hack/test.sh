@@ -24,9 +24,31 @@ beside() { # beside NAME COMMAND...: runs COMMAND in the background, its output 
 }
 beside vet $GO vet ./...
 beside bench make --no-print-directory bench
-$GO test -count=1 -timeout 60m -json ./test/vm/ ./... | bin/ledger
+# The packages with init's and the agent's concurrent paths (init's one ESP owner, the
+# supervisor, the agent's reconcile, slot job and last words) run under the race detector
+# instead of in the main run: beside it, with their results joining the ledger's stream.
+race=(./internal/initd ./internal/supervisor ./internal/agent)
+(
+	$GO test -race -count=1 -timeout 30m -json "${race[@]}" >"$side/race.json" 2>"$side/race.err"
+	echo $? >"$side/race.rc"
+) &
+rest=$($GO list ./... | grep -v -x -e liken.dev/liken/test/vm -e liken.dev/liken/internal/initd -e liken.dev/liken/internal/supervisor -e liken.dev/liken/internal/agent)
+{
+	$GO test -count=1 -timeout 60m -json ./test/vm/ $rest
+	echo $? >"$side/main.rc"
+	# The race run is the outer shell's child, not this pipeline's: wait for its status file.
+	while [ ! -e "$side/race.rc" ]; do sleep 1; done
+	cat "$side/race.json"
+} | bin/ledger
 rc=$?
 wait
+for run in main race; do
+	if [ "$(cat "$side/$run.rc" 2>/dev/null)" != 0 ]; then
+		echo "go test ($run) failed"
+		cat "$side/$run.err" 2>/dev/null
+		rc=1
+	fi
+done
 for name in vet bench; do
 	echo
 	echo "== $name (beside the tests, $(cat "$side/$name.took")s) =="
