@@ -39,7 +39,7 @@ rest=$($GO list ./... | grep -v -x -e liken.dev/liken/test/vm -e liken.dev/liken
 	# The race run is the outer shell's child, not this pipeline's: wait for its status file.
 	while [ ! -e "$side/race.rc" ]; do sleep 1; done
 	cat "$side/race.json"
-} | bin/ledger
+} | tee "${LIKEN_TEST_JSON:-/dev/null}" | bin/ledger
 rc=$?
 wait
 for run in main race; do
