@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/beevik/ntp v1.6.0
+	github.com/containernetworking/cni v1.3.1
 	github.com/google/go-cmp v0.7.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/prometheus/client_golang v1.24.0

@@ -9,11 +9,15 @@ import (
 	"syscall"
 
 	"liken.dev/liken/internal/standin"
+	"liken.dev/liken/internal/standin/flannel"
 )
 
 func main() {
 	if code, ok := standin.IptablesMain(os.Args[0], os.Stderr); ok {
 		os.Exit(code)
+	}
+	if flannel.CNIMain(os.Args[0]) { // run as the CNI plugin named flannel
+		os.Exit(0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := standin.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)

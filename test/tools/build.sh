@@ -11,19 +11,21 @@ mkdir -p "$bin"
 exec 9>"$bin/.lock"
 flock 9
 
-build() { # build MODULE_DIR PACKAGE...
+build() { # build MODULE_DIR PACKAGE... (into $bin, or the directory $out names)
 	local dir=$1; shift
+	local to=${out:-$bin}
 	local stamp="$bin/.stamp-$(basename "$dir")"
 	local want
 	want=$(cat "$dir/go.mod" "$dir/go.sum" "$0" | sha256sum | cut -d' ' -f1)
 	local missing=0
-	for p in "$@"; do [ -x "$bin/$(basename "$p")" ] || missing=1; done
+	for p in "$@"; do [ -x "$to/$(basename "$p")" ] || missing=1; done
 	if [ "$missing" = 0 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
 		return
 	fi
-	echo "building $* (first build takes about 15 minutes on 2 cores) ..." >&2
+	echo "building $* (the kube tools take about 15 minutes on 2 cores the first time) ..." >&2
 	local start=$SECONDS
-	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bin/" "$@")
+	mkdir -p "$to"
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$to/" "$@")
 	echo "$want" >"$stamp"
 	echo "built $(basename "$dir") tools in $((SECONDS - start))s" >&2
 	if [ -n "${LIKEN_TEST_REPORT:-}" ]; then
@@ -33,6 +35,11 @@ build() { # build MODULE_DIR PACKAGE...
 
 build "$here/etcd" liken.dev/liken/test/tools/etcd
 build "$here/kube" liken.dev/liken/test/tools/kube/kube-control-plane k8s.io/kubernetes/cmd/kubectl
+# The CNI plugins the stand-in's node runs, in a directory of their own (their names are
+# generic): bridge, host-local, loopback, portmap, bandwidth.
+plugins=github.com/containernetworking/plugins/plugins
+out="$bin/cni" build "$here/cni" $plugins/main/bridge $plugins/ipam/host-local $plugins/main/loopback \
+	$plugins/meta/portmap $plugins/meta/bandwidth
 # kube-control-plane is the three control-plane programs in one, chosen by the name it runs as.
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
 	ln -sfn kube-control-plane "$bin/$c"
