@@ -25,7 +25,12 @@ build() { # build MODULE_DIR PACKAGE... (into $bin, or the directory $out names)
 	echo "building $* (the kube tools take about 15 minutes on 2 cores the first time) ..." >&2
 	local start=$SECONDS
 	mkdir -p "$to"
-	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$to/" "$@")
+	# cgo=1 links a program that needs cgo statically (runc), so it runs in liken's image too.
+	local ldflags="-s -w" tags=
+	if [ "${cgo:-0}" = 1 ]; then
+		ldflags="-s -w -extldflags -static" tags="-tags=netgo,osusergo"
+	fi
+	(cd "$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath $tags -ldflags="$ldflags" -o "$to/" "$@")
 	echo "$want" >"$stamp"
 	echo "built $(basename "$dir") tools in $((SECONDS - start))s" >&2
 	if [ -n "${LIKEN_TEST_REPORT:-}" ]; then
@@ -40,6 +45,7 @@ build "$here/kube" liken.dev/liken/test/tools/kube/kube-control-plane k8s.io/kub
 plugins=github.com/containernetworking/plugins/plugins
 out="$bin/cni" build "$here/cni" $plugins/main/bridge $plugins/ipam/host-local $plugins/main/loopback \
 	$plugins/meta/portmap $plugins/meta/bandwidth
+cgo=1 build "$here/runc" github.com/opencontainers/runc
 # kube-control-plane is the three control-plane programs in one, chosen by the name it runs as.
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
 	ln -sfn kube-control-plane "$bin/$c"
