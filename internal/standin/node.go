@@ -33,6 +33,10 @@ type Node struct {
 	// ResolvConf is the resolv.conf the kubelet hands pods (default /etc/resolv.conf; k3s
 	// writes one of its own when the host's names no global nameserver).
 	ResolvConf string
+	// RestrictOOMScoreAdj keeps containerd from lowering a container's OOM score below its
+	// own, as k3s's template does for a rootless k3s; for hosts without CAP_SYS_RESOURCE (a
+	// build machine's container), never on a liken machine.
+	RestrictOOMScoreAdj bool
 	// Args are further component flags, by component (kubelet-arg, kube-proxy-arg).
 	Args map[string][]string
 }
@@ -78,6 +82,9 @@ func (n *Node) ContainerdConfig() []byte {
 	b.WriteString("\n[plugins.'io.containerd.grpc.v1.cri']\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"10010\"\n")
 	b.WriteString("\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_selinux = false\n  enable_unprivileged_ports = true\n" +
 		"  enable_unprivileged_icmp = true\n  device_ownership_from_security_context = false\n")
+	if n.RestrictOOMScoreAdj {
+		b.WriteString("  restrict_oom_score_adj = true\n")
+	}
 	b.WriteString("\n[plugins.'io.containerd.cri.v1.images']\n  snapshotter = \"overlayfs\"\n  disable_snapshot_annotations = true\n" +
 		"  use_local_image_pull = true\n")
 	fmt.Fprintf(&b, "\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = %q\n", n.PauseImage)

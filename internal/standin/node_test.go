@@ -54,6 +54,12 @@ func TestContainerdConfig(t *testing.T) {
 	if bins, _ := get("plugins", cri, "cni", "bin_dirs").([]any); len(bins) != 1 || bins[0] != "/var/lib/rancher/k3s/data/cni" {
 		t.Errorf("CNI bin_dirs = %v, want [/var/lib/rancher/k3s/data/cni]", bins)
 	}
+	if bytes.Contains(n.ContainerdConfig(), []byte("restrict_oom_score_adj")) {
+		t.Error("restrict_oom_score_adj set by default: k3s sets it for a rootless node only")
+	}
+	if r := (&Node{RestrictOOMScoreAdj: true}).ContainerdConfig(); !bytes.Contains(r, []byte("  restrict_oom_score_adj = true\n")) {
+		t.Errorf("RestrictOOMScoreAdj not rendered:\n%s", r)
+	}
 	if got := n.ContainerdArgs(); !slices.Equal(got, []string{"-c", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"}) {
 		t.Errorf("containerd's arguments %v", got)
 	}

@@ -46,7 +46,8 @@ plugins=github.com/containernetworking/plugins/plugins
 out="$bin/cni" build "$here/cni" $plugins/main/bridge $plugins/ipam/host-local $plugins/main/loopback \
 	$plugins/meta/portmap $plugins/meta/bandwidth
 cgo=1 build "$here/runc" github.com/opencontainers/runc
-build "$here/containerd" github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+build "$here/containerd" github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+	github.com/containerd/containerd/v2/cmd/ctr
 # kube-control-plane is the three control-plane programs in one, chosen by the name it runs as.
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
 	ln -sfn kube-control-plane "$bin/$c"

@@ -2,12 +2,13 @@ module liken.dev/liken/test/tools/containerd
 
 go 1.26.8
 
-// containerd and its runc shim, as k3s bundles them, for the stand-in's node. Pure Go
+// containerd, its runc shim and ctr, as k3s bundles them, for the stand-in's node. Pure Go
 // (CGO_ENABLED=0 leaves out only the btrfs snapshotter, which k3s's overlayfs default does
 // not use).
 tool (
 	github.com/containerd/containerd/v2/cmd/containerd
 	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+	github.com/containerd/containerd/v2/cmd/ctr
 )
 
 require (
