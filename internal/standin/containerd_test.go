@@ -2,6 +2,8 @@ package standin
 
 import (
 	"context"
+	"encoding/json"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"liken.dev/liken/internal/standin/flannel"
 	"liken.dev/liken/internal/standin/image"
 	"liken.dev/liken/test/apiserver"
 )
@@ -127,25 +130,7 @@ func TestContainerdRunsAPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	pause := filepath.Join(dir, "pause")
-	build := exec.Command("go", "build", "-o", pause, "liken.dev/liken/cmd/liken-pause")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building liken-pause: %v\n%s", err, out)
-	}
-	prog, _ := os.ReadFile(pause)
-	archive := filepath.Join(dir, "pause.tar")
-	f, _ := os.Create(archive)
-	if _, err := image.WriteArchive(f, image.Spec{Ref: "docker.io/" + n.PauseImage, Entrypoint: []string{"/pause"}, User: "65535:65535",
-		Files: []image.File{{Path: "/pause", Mode: 0o755, Data: prog}}, Epoch: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if out, err := exec.Command(filepath.Join(apiserver.ToolsDir(), "ctr"), "--address", n.ContainerdSocket(), "-n", "k8s.io",
-		"images", "import", archive).CombinedOutput(); err != nil {
-		t.Fatalf("ctr images import: %v\n%s", err, out)
-	}
-
+	importPause(t, n)
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 	sandbox := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "p1", Uid: "u1", Namespace: "default"},
@@ -201,5 +186,107 @@ func TestContainerdRunsAPod(t *testing.T) {
 	}
 	if l, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err != nil || len(l.Items) != 0 {
 		t.Errorf("sandboxes left: %v (%v)", l, err)
+	}
+}
+
+// importPause builds the pause image from liken-pause and imports it into containerd's k8s.io
+// namespace with ctr, as k3s imports agent/images.
+func importPause(t *testing.T, n *Node) {
+	t.Helper()
+	dir := t.TempDir()
+	pause := filepath.Join(dir, "pause")
+	build := exec.Command("go", "build", "-o", pause, "liken.dev/liken/cmd/liken-pause")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building liken-pause: %v\n%s", err, out)
+	}
+	prog, _ := os.ReadFile(pause)
+	archive := filepath.Join(dir, "pause.tar")
+	f, _ := os.Create(archive)
+	if _, err := image.WriteArchive(f, image.Spec{Ref: "docker.io/" + n.PauseImage, Entrypoint: []string{"/pause"}, User: "65535:65535",
+		Files: []image.File{{Path: "/pause", Mode: 0o755, Data: prog}}, Epoch: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if out, err := exec.Command(filepath.Join(apiserver.ToolsDir(), "ctr"), "--address", n.ContainerdSocket(), "-n", "k8s.io",
+		"images", "import", archive).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+}
+
+// TestPodOnFlannelsNetwork: with k3s's CNI network list in the node's conf_dir, the plugins in
+// its bin_dirs (flannel, the stand-in's program, here the test binary; upstream's bridge,
+// host-local, loopback, portmap and bandwidth) and flannel's subnet file, a pod sandbox gets
+// its own network namespace with an address in the node's subnet, and stopping it gives the
+// address back.
+func TestPodOnFlannelsNetwork(t *testing.T) {
+	n, conn, log := startContainerd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	importPause(t, n)
+	dir := t.TempDir()
+	s := flannel.Subnet{Network: netip.MustParsePrefix("10.198.0.0/16"), Subnet: netip.MustParsePrefix("10.198.5.1/24"), MTU: 1400, IPMasq: true}
+	if err := s.Write(filepath.Join(dir, "subnet.env")); err != nil {
+		t.Fatal(err)
+	}
+	// k3s's list, with the subnet file and the plugin's data where this test keeps them.
+	var list map[string]any
+	json.Unmarshal(n.FlannelCNIConfig(), &list)
+	fl := list["plugins"].([]any)[0].(map[string]any)
+	fl["subnetFile"], fl["dataDir"] = filepath.Join(dir, "subnet.env"), filepath.Join(dir, "flannel")
+	b, _ := json.Marshal(list)
+	confDir, binDir := filepath.Join(n.DataDir, "agent", "etc", "cni", "net.d"), filepath.Join(n.DataDir, "data", "cni")
+	os.MkdirAll(confDir, 0o755)
+	os.MkdirAll(binDir, 0o755)
+	if err := os.WriteFile(filepath.Join(confDir, "10-flannel.conflist"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	os.Symlink(self, filepath.Join(binDir, "flannel"))
+	for _, p := range []string{"bridge", "host-local", "loopback", "portmap", "bandwidth"} {
+		os.Symlink(filepath.Join(apiserver.ToolsDir(), "cni", p), filepath.Join(binDir, p))
+	}
+	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", "cni0").Run()
+		os.RemoveAll("/var/lib/cni/networks/cbr0")
+		os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644)
+	})
+
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	sandbox := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p2", Uid: "u2", Namespace: "default"},
+		Hostname: "p2", LogDirectory: filepath.Join(dir, "logs")}
+	var run *runtimeapi.RunPodSandboxResponse
+	var err error
+	// containerd reads the CNI directory when it changes: the first try may find it empty.
+	for run == nil {
+		if run, err = rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandbox}); err != nil && ctx.Err() != nil {
+			t.Fatalf("RunPodSandbox: %v; containerd's log:\n%s", err, log())
+		}
+		time.Sleep(time.Second)
+	}
+	st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: run.PodSandboxId})
+	if err != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY || st.Status.Network == nil {
+		t.Fatalf("the sandbox: %v (%v)", st, err)
+	}
+	ip, err := netip.ParseAddr(st.Status.Network.Ip)
+	if err != nil || !netip.MustParsePrefix("10.198.5.0/24").Contains(ip) || ip == netip.MustParseAddr("10.198.5.1") {
+		t.Fatalf("the pod's address %q: want one of the node's subnet 10.198.5.0/24 other than the gateway", st.Status.Network.Ip)
+	}
+	if out, _ := exec.Command("ip", "addr", "show", "cni0").CombinedOutput(); !strings.Contains(string(out), "inet 10.198.5.1/24") {
+		t.Errorf("the bridge cni0 lacks the gateway address:\n%s", out)
+	}
+	lease := filepath.Join("/var/lib/cni/networks/cbr0", ip.String())
+	if _, err := os.Stat(lease); err != nil {
+		t.Errorf("host-local holds no lease for %s: %v", ip, err)
+	}
+	if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: run.PodSandboxId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lease); !os.IsNotExist(err) {
+		t.Errorf("the pod's address %s is still held after its sandbox stopped: %v", ip, err)
+	}
+	if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: run.PodSandboxId}); err != nil {
+		t.Fatal(err)
 	}
 }
