@@ -195,11 +195,7 @@ func importPause(t *testing.T, n *Node) {
 	t.Helper()
 	dir := t.TempDir()
 	pause := filepath.Join(dir, "pause")
-	build := exec.Command("go", "build", "-o", pause, "liken.dev/liken/cmd/liken-pause")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building liken-pause: %v\n%s", err, out)
-	}
+	buildStatic(t, pause, "liken.dev/liken/cmd/liken-pause")
 	prog, _ := os.ReadFile(pause)
 	archive := filepath.Join(dir, "pause.tar")
 	f, _ := os.Create(archive)

@@ -39,11 +39,7 @@ func main() {
 	fmt.Printf("hello from pid %d on %s\n", os.Getpid(), h)
 }
 `), 0o644)
-	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "hello"), src)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the container's program: %v\n%s", err, out)
-	}
+	buildStatic(t, filepath.Join(rootfs, "hello"), src)
 	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
 		t.Fatalf("runc spec: %v\n%s", err, out)
 	}
@@ -69,5 +65,16 @@ func main() {
 	// run deletes the container once it exits: nothing is left in runc's state.
 	if out, err := exec.Command(runc, "--root", state, "list", "-q").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Errorf("runc list after the run: %q (%v)", out, err)
+	}
+}
+
+// buildStatic builds a Go program (a package or a file) with no cgo, so it runs alone in a
+// container's root file system.
+func buildStatic(t *testing.T, out, what string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", out, what)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", what, err, b)
 	}
 }
