@@ -465,13 +465,13 @@ func putStandInControlPlane(source string, put func(rel, src string, mode os.Fil
 	}
 	tools := filepath.Join(source, "test", "tools", "bin")
 	dir := strings.TrimPrefix(apirelease.StandInControlPlaneDir, "/")
-	for _, f := range []string{"etcd", "kube-control-plane"} {
+	for _, f := range []string{"etcd", "kube-parts"} {
 		if err := put(filepath.Join(dir, f), filepath.Join(tools, f), 0o755); err != nil {
 			return fmt.Errorf("the stand-in's control plane: %w", err)
 		}
 	}
 	for _, l := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if err := os.Symlink("kube-control-plane", filepath.Join(stage, dir, l)); err != nil {
+		if err := os.Symlink("kube-parts", filepath.Join(stage, dir, l)); err != nil {
 			return err
 		}
 	}

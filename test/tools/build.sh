@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the upstream components liken's API-tier tests run against (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, etcd) from the Go module proxy into test/tools/bin, unless
-# they are already there for the same go.mod/go.sum. Safe to run concurrently (flock).
-# Static builds (CGO_ENABLED=0) so the same binaries also run inside liken's VMs (the k3s
-# stand-in's control plane carries them in its release), stripped (-s -w) to keep slots small.
+# Builds the upstream components liken's tests and the k3s stand-in's release run, from the Go
+# module proxy into test/tools/bin, unless they are already there for the same go.mod/go.sum:
+# etcd; kube-parts (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy, containerd and ctr in one program, as k3s links them into one) with a link for
+# each; containerd's runc shim; kubectl; runc; the CNI plugins. Safe to run concurrently (flock).
+# Static builds (CGO_ENABLED=0, runc a static cgo build) so the same binaries also run inside
+# liken's VMs, stripped (-s -w) to keep slots small.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin="$here/bin"
@@ -39,16 +41,16 @@ build() { # build MODULE_DIR PACKAGE... (into $bin, or the directory $out names)
 }
 
 build "$here/etcd" liken.dev/liken/test/tools/etcd
-build "$here/kube" liken.dev/liken/test/tools/kube/kube-control-plane k8s.io/kubernetes/cmd/kubectl
+build "$here/kube" liken.dev/liken/test/tools/kube/kube-parts k8s.io/kubernetes/cmd/kubectl \
+	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 # The CNI plugins the stand-in's node runs, in a directory of their own (their names are
 # generic): bridge, host-local, loopback, portmap, bandwidth.
 plugins=github.com/containernetworking/plugins/plugins
 out="$bin/cni" build "$here/cni" $plugins/main/bridge $plugins/ipam/host-local $plugins/main/loopback \
 	$plugins/meta/portmap $plugins/meta/bandwidth
 cgo=1 build "$here/runc" github.com/opencontainers/runc
-build "$here/containerd" github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
-	github.com/containerd/containerd/v2/cmd/ctr
-# kube-control-plane is the three control-plane programs in one, chosen by the name it runs as.
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
-	ln -sfn kube-control-plane "$bin/$c"
+# kube-parts is several programs in one, chosen by the name it runs as.
+for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr; do
+	ln -sfn kube-parts "$bin/$c"
 done
+rm -f "$bin/kube-control-plane" "$bin/.stamp-containerd" # what older versions of this script built
