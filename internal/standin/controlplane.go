@@ -232,20 +232,27 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 	}
 }
 
-// spawn starts one component, its output in server/logs/NAME.log (truncated at each start, so
-// the logs stay the size of one run). A component that exits reports on exited with the end
-// of its log, unless ctx ended first; the returned channel closes once it has exited.
+// spawn starts one component, its output in server/logs/NAME.log.
 func (cp *ControlPlane) spawn(ctx context.Context, name string, args []string, exited chan<- error) (<-chan struct{}, error) {
-	logPath := cp.server("logs", name+".log")
+	return spawnPart(ctx, name, filepath.Join(cp.Bin, name), args, []string{"PATH=/usr/bin:/sbin:/bin"}, cp.server("logs", name+".log"), cp.Log, exited)
+}
+
+// spawnPart starts one of k3s's parts, its output in logPath (truncated at each start, so the
+// logs stay the size of one run). A part that exits reports on exited with the end of its
+// log, unless ctx ended first; the returned channel closes once it has exited.
+func spawnPart(ctx context.Context, name, path string, args, env []string, logPath string, log io.Writer, exited chan<- error) (<-chan struct{}, error) {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+		return nil, err
+	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(cp.Bin, name), args...)
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = []string{"PATH=/usr/bin:/sbin:/bin"}
-	// Stopping: SIGTERM, then SIGKILL after a grace period; and a component never outlives
-	// the stand-in (k3s's components are goroutines: they cannot).
+	cmd.Env = env
+	// Stopping: SIGTERM, then SIGKILL after a grace period; and a part never outlives the
+	// stand-in (k3s's are goroutines, or children it starts with the same setting).
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -253,7 +260,7 @@ func (cp *ControlPlane) spawn(ctx context.Context, name string, args []string, e
 		logf.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	fmt.Fprintf(cp.Log, "k3s-standin: started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
+	fmt.Fprintf(log, "k3s-standin: started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

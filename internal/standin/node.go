@@ -37,6 +37,11 @@ type Node struct {
 	// own, as k3s's template does for a rootless k3s; for hosts without CAP_SYS_RESOURCE (a
 	// build machine's container), never on a liken machine.
 	RestrictOOMScoreAdj bool
+	// ServingCert says agent/serving-kubelet.crt and .key exist (k3s's server signs them with
+	// its server CA). Without them the kubelet serves with a certificate it signs itself, as
+	// upstream's kubelet does, which an API server that checks kubelets' certificates
+	// refuses (kubectl logs and exec).
+	ServingCert bool
 	// Args are further component flags, by component (kubelet-arg, kube-proxy-arg).
 	Args map[string][]string
 }
@@ -146,9 +151,10 @@ func (n *Node) KubeletConfig() ([]byte, error) {
 		"staticPodPath":                    n.agent("pod-manifests"),
 		"streamingConnectionIdleTimeout":   "4h0m0s",
 		"syncFrequency":                    "1m0s",
-		"tlsCertFile":                      n.agent("serving-kubelet.crt"),
-		"tlsPrivateKeyFile":                n.agent("serving-kubelet.key"),
 		"volumeStatsAggPeriod":             "1m0s",
+	}
+	if n.ServingCert {
+		c["tlsCertFile"], c["tlsPrivateKeyFile"] = n.agent("serving-kubelet.crt"), n.agent("serving-kubelet.key")
 	}
 	if len(n.Taints) > 0 {
 		var taints []map[string]string

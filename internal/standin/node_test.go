@@ -69,13 +69,15 @@ func TestContainerdConfig(t *testing.T) {
 // has (a misspelt one would be ignored by the kubelet), with k3s's values.
 func TestKubeletConfig(t *testing.T) {
 	for _, tt := range []struct {
-		name    string
-		node    Node
-		healthz string
-		taints  int
-		wantErr string
+		name        string
+		node        Node
+		healthz     string
+		taints      int
+		servingCert string
+		wantErr     string
 	}{
 		{name: "IPv4", node: Node{NodeName: "m1", NodeIP: "192.168.76.10"}, healthz: "127.0.0.1"},
+		{name: "serving certificate", node: Node{NodeName: "m1", ServingCert: true}, healthz: "127.0.0.1", servingCert: "/var/lib/rancher/k3s/agent/serving-kubelet.crt"},
 		{name: "IPv6", node: Node{NodeName: "m1", NodeIP: "fd00::10"}, healthz: "::1"},
 		{name: "taints", node: Node{NodeName: "m1", Taints: []string{"dedicated=db:NoSchedule", "gpu:NoExecute"}}, healthz: "127.0.0.1", taints: 2},
 		{name: "bad taint", node: Node{NodeName: "m1", Taints: []string{"dedicated=db"}}, wantErr: "want KEY[=VALUE]:EFFECT"},
@@ -100,7 +102,7 @@ func TestKubeletConfig(t *testing.T) {
 			if c.CgroupDriver != "cgroupfs" || c.ContainerRuntimeEndpoint != "unix:///run/k3s/containerd/containerd.sock" ||
 				!slices.Equal(c.ClusterDNS, []string{"10.43.0.10"}) || c.ClusterDomain != "cluster.local" ||
 				c.HealthzBindAddress != tt.healthz || c.StaticPodPath != "/var/lib/rancher/k3s/agent/pod-manifests" ||
-				c.TLSCertFile != "/var/lib/rancher/k3s/agent/serving-kubelet.crt" || c.Authentication.X509.ClientCAFile != "/var/lib/rancher/k3s/agent/client-ca.crt" ||
+				c.TLSCertFile != tt.servingCert || c.Authentication.X509.ClientCAFile != "/var/lib/rancher/k3s/agent/client-ca.crt" ||
 				*c.Authentication.Anonymous.Enabled || c.Authorization.Mode != "Webhook" || *c.FailSwapOn || *c.SerializeImagePulls ||
 				c.EvictionHard["nodefs.available"] != "5%" || len(c.RegisterWithTaints) != tt.taints {
 				t.Errorf("the kubelet's config differs from k3s's:\n%s", b)

@@ -1,26 +1,37 @@
-// Package standin is liken's k3s stand-in: a node simulator with k3s's command shape, used
-// wherever k3s would run in liken's tests, because k3s itself cannot be built or downloaded
-// on liken's build machines. It is never what a user gets: its name, its output and the
-// release document say it is a stand-in.
+// Package standin is liken's k3s stand-in: a program with k3s's command shape that runs
+// k3s's upstream parts laid out as k3s lays them out, used wherever k3s would run in liken's
+// tests, because k3s itself cannot be built or downloaded on liken's build machines. It is
+// never what a user gets: its name, its output and the release document say it is a stand-in.
 //
 // What it does of k3s: `server|agent --config FILE` (also -c and K3S_CONFIG_FILE), unpacks a
 // data directory laid out as k3s's and performs the host checks k3s performs at start,
-// refusing to start at the first that fails (preflight.go), reads the
-// config file and the registries file as k3s does, refuses a server-only key as an agent
-// ("flag provided but not defined", as k3s agent does), registers its Node with the API
-// server and keeps it Ready with a Lease heartbeat, answers a kubelet-style readiness
-// check, and plays the kubelet's part in a pod's life that drains need (pods bound to its
-// Node are reported Running and Ready; a pod being deleted goes once its grace period
-// has passed). What it does not do: run containers (so no pod really runs, probes never
-// run, no container ever fails), pull images, mount volumes, run kube-proxy or a CNI,
-// form a multi-server cluster. As a server, it runs a real control plane laid out as k3s's
-// (controlplane.go: upstream etcd, kube-apiserver, kube-controller-manager and kube-scheduler)
-// and applies server/manifests as k3s's deploy controller does (deploy.go).
+// refusing to start at the first that fails (preflight.go), reads the config file and the
+// registries file as k3s does, refuses a server-only key as an agent ("flag provided but not
+// defined", as k3s agent does). As a server, it runs a real control plane laid out as k3s's
+// (controlplane.go: upstream etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler) and applies server/manifests as k3s's deploy controller does (deploy.go).
+//
+// Its node is one of two kinds, and says which on its log:
+//   - a real node (LIKEN_STANDIN_NODE names the programs; noderun.go): upstream containerd
+//     with runc and the CNI plugins, the kubelet, kube-proxy and flannel's vxlan network, with
+//     k3s's files, paths and arguments (node.go); pods really run;
+//   - a simulated node, for tests whose API server is not the stand-in's own: it registers
+//     its Node, keeps it Ready with a Lease heartbeat, answers the kubelet's readiness check,
+//     and plays the kubelet's part in a pod's life that drains need (pods bound to it are
+//     reported Running and Ready though no container runs; a pod being deleted goes once its
+//     grace period has passed).
+//
+// What it does not do of k3s: the supervisor (agents join with the credentials liken's
+// layer carries), multi-server clusters, traefik, servicelb, local-path, metrics-server, the
+// network policy controller, the embedded registry.
 //
 // Settings only the stand-in has come from the environment:
 //
-//	LIKEN_STANDIN_KUBECONFIG  kubeconfig it registers its Node with (a node identity)
-//	LIKEN_STANDIN_HEALTHZ     readiness address (default 127.0.0.1:10248, the kubelet's)
+//	LIKEN_STANDIN_KUBECONFIG  kubeconfig it registers its Node with (a node identity); a real
+//	                          node's other credentials are beside it (NodeCredentials)
+//	LIKEN_STANDIN_NODE        directory of the node's programs: run a real node (noderun.go)
+//	LIKEN_STANDIN_HEALTHZ     a simulated node's readiness address (default 127.0.0.1:10248,
+//	                          the kubelet's, which a real node's kubelet serves)
 //	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION |
 //	                          late-boot-id=DURATION (the Node keeps the boot before's system
 //	                          info, Ready, that long: a kubelet that has not reported yet)
@@ -42,6 +53,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -63,7 +75,7 @@ import (
 )
 
 // Banner starts every run's output, so no log can mistake the stand-in for k3s.
-const Banner = "k3s-standin: liken's node simulator standing in for k3s (not k3s; runs no containers)"
+const Banner = "k3s-standin: liken's stand-in for k3s (not k3s)"
 
 // Keys k3s defines for both `server` and `agent` (pkg/cli/cmds/agent.go), of those a
 // config file may carry.
@@ -261,6 +273,12 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		return err
 	}
 	name := c.NodeName()
+	if parts := getenv("LIKEN_STANDIN_NODE"); parts != "" {
+		if !lateBootID.IsZero() {
+			return errors.New("LIKEN_STANDIN_FAULT late-boot-id plays a kubelet that has not reported yet: a real node's kubelet reports for itself")
+		}
+		return c.runNode(ctx, parts, kc, neverReady, crash, getenv, log)
+	}
 	var ready atomic.Bool
 	addr := getenv("LIKEN_STANDIN_HEALTHZ")
 	if addr == "" {
@@ -280,36 +298,12 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	go srv.Serve(l)
 	defer srv.Close()
 
-	var cpDone <-chan error
-	if dir := getenv("LIKEN_STANDIN_CONTROL_PLANE"); dir != "" && c.Role == "server" {
-		cp, err := c.controlPlane(dir, log)
-		if err != nil {
-			return err
-		}
-		cpCtx, stop := context.WithCancel(ctx)
-		admin, done, finished, err := startControlPlane(cpCtx, cp)
-		if err != nil {
-			stop()
-			return err
-		}
-		if admin == nil {
-			stop()
-			return nil // stopped before it was ready
-		}
-		cpDone = done
-		defer func() { stop(); <-finished }()
-		if err := registerWhenUp(ctx, client, c, name, log); err != nil {
-			return err
-		}
-		// k3s's server, not its kubelet, labels a server's Node with its roles: NodeRestriction
-		// forbids a node to set them on itself.
-		if err := labelRoles(ctx, admin, name); err != nil {
-			return err
-		}
-	} else if err := registerWhenUp(ctx, client, c, name, log); err != nil {
+	cpDone, stopCP, err := c.startServer(ctx, client, name, getenv, log, true)
+	if err != nil || stopCP == nil {
 		return err
 	}
-	fmt.Fprintf(log, "k3s-standin: %s %s registered\n", c.Role, name)
+	defer stopCP()
+	fmt.Fprintf(log, "k3s-standin: %s %s registered: a simulated node (no containerd, kubelet or kube-proxy; LIKEN_STANDIN_NODE unset): pods bound to it are reported Running, but no container runs\n", c.Role, name)
 	bootIDFile := getenv("LIKEN_STANDIN_BOOT_ID_FILE")
 	if bootIDFile == "" {
 		bootIDFile = "/proc/sys/kernel/random/boot_id"
@@ -344,6 +338,135 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		case <-tick.C:
 		}
 	}
+}
+
+// startServer starts a server's control plane when LIKEN_STANDIN_CONTROL_PLANE names
+// its programs, and then registers the Node (simulated: register) or waits for the kubelet
+// to (a real node) and labels its roles. It returns the control plane's end (nil when it
+// runs none) and a function that stops it; a nil function with a nil error means ctx ended
+// first.
+func (c *Config) startServer(ctx context.Context, client kubernetes.Interface, name string, getenv func(string) string, log io.Writer, simulated bool) (<-chan error, func(), error) {
+	dir := getenv("LIKEN_STANDIN_CONTROL_PLANE")
+	if dir == "" || c.Role != "server" {
+		if simulated {
+			if err := registerWhenUp(ctx, client, c, name, log); err != nil || ctx.Err() != nil {
+				return nil, nil, err
+			}
+		}
+		return nil, func() {}, nil
+	}
+	cp, err := c.controlPlane(dir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cpCtx, stop := context.WithCancel(ctx)
+	admin, done, finished, err := startControlPlane(cpCtx, cp)
+	if err != nil || admin == nil {
+		stop()
+		<-finished
+		return nil, nil, err // nil: stopped before it was ready
+	}
+	stopAll := func() { stop(); <-finished }
+	if simulated {
+		if err := registerWhenUp(ctx, client, c, name, log); err != nil || ctx.Err() != nil {
+			stopAll()
+			return nil, nil, err
+		}
+		// k3s's server, not its kubelet, labels a server's Node with its roles: NodeRestriction
+		// forbids a node to set them on itself.
+		if err := labelRoles(ctx, admin, name); err != nil {
+			stopAll()
+			return nil, nil, err
+		}
+	} else {
+		go labelRolesOnceRegistered(ctx, admin, name, log)
+	}
+	return done, stopAll, nil
+}
+
+// labelRolesOnceRegistered labels a server's Node with its roles once its kubelet has
+// registered it, as k3s's server does.
+func labelRolesOnceRegistered(ctx context.Context, admin *rest.Config, name string, log io.Writer) {
+	for {
+		err := labelRoles(ctx, admin, name)
+		if err == nil {
+			fmt.Fprintf(log, "k3s-standin: labelled node %s with its roles\n", name)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// runNode runs the stand-in with a real node: upstream containerd, kubelet, kube-proxy and
+// flannel (noderun.go) beside a server's control plane. The kubelet registers the Node,
+// keeps it Ready, serves the readiness check on 127.0.0.1:10248 and runs the pods.
+func (c *Config) runNode(ctx context.Context, parts, kubeconfig string, neverReady bool, crash <-chan time.Time, getenv func(string) string, log io.Writer) error {
+	n, err := c.node()
+	if err != nil {
+		return err
+	}
+	cpDone, stopCP, err := c.startServer(ctx, nil, n.NodeName, getenv, log, false)
+	if err != nil || stopCP == nil {
+		return err
+	}
+	defer stopCP()
+	nodeDone := make(chan error, 1)
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	defer stopNode()
+	started := !neverReady
+	if neverReady {
+		fmt.Fprintln(log, "k3s-standin: fault never-ready: the node's containerd, kubelet, kube-proxy and flannel are not started")
+	} else {
+		hash := filepath.Base(getenv("K3S_DATA_DIR"))
+		if hash == "." || hash == "" {
+			hash = dataHash
+		}
+		go func() {
+			nodeDone <- n.RunNode(nodeCtx, NodeInput{Parts: parts, Kubeconfig: kubeconfig, Hash: hash, Log: log})
+		}()
+	}
+	fmt.Fprintf(log, "k3s-standin: %s %s: a real node (containerd, kubelet, kube-proxy, flannel from %s)\n", c.Role, n.NodeName, parts)
+	select {
+	case <-ctx.Done():
+		stopNode()
+		if started {
+			<-nodeDone
+		}
+		return nil
+	case <-crash:
+		return errors.New("fault crash-after: exiting as k3s does when containerd or the kubelet dies")
+	case err := <-cpDone:
+		return fmt.Errorf("the control plane stopped, so k3s-standin exits as k3s does: %w", err)
+	case err := <-nodeDone:
+		return fmt.Errorf("the node stopped, so k3s-standin exits as k3s does: %w", err)
+	}
+}
+
+// node is the Node a config file describes, with k3s's keys.
+func (c *Config) node() (*Node, error) {
+	str := func(k string) string {
+		if v, ok := c.Values[k]; ok && v != nil {
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	n := &Node{DataDir: c.dataDir(), NodeName: c.NodeName(), NodeIP: str("node-ip"), ClusterCIDR: str("cluster-cidr"),
+		ClusterDNS: str("cluster-dns"), ClusterDomain: str("cluster-domain"), PauseImage: str("pause-image"),
+		Labels: c.list("node-label"), Taints: c.list("node-taint"), ResolvConf: str("resolv-conf"),
+		Args: map[string][]string{}}
+	for _, comp := range []string{"kubelet", "kube-proxy"} {
+		for _, a := range c.list(comp + "-arg") {
+			n.Args[comp] = append(n.Args[comp], "--"+strings.TrimPrefix(a, "--"))
+		}
+	}
+	if _, err := n.KubeletConfig(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // checkTokenCA checks a joining machine's token against the cluster CA it trusts, as k3s

@@ -262,7 +262,7 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	expect(t, v, "liken-init: server layer unpacked", 60*time.Second)
 	expect(t, v, "liken-init: this is Machine server-1 (server, found by the name bound at install)", 60*time.Second)
 	k3s := expect(t, v, "liken-init: started k3s (pid", 60*time.Second)
-	expect(t, v, "k3s-standin: liken's node simulator standing in for k3s", 60*time.Second)
+	expect(t, v, "k3s-standin: liken's stand-in for k3s (not k3s)", 60*time.Second)
 	// A process left after k3s (as a container's is) gets SIGTERM, and the shutdown that
 	// waited for it is clean: the state file system is marked clean on the disk.
 	expect(t, v, "traps SIGTERM", 60*time.Second)

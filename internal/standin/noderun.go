@@ -1,0 +1,234 @@
+package standin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"liken.dev/liken/internal/atomicfile"
+	"liken.dev/liken/internal/standin/flannel"
+)
+
+// NodeCredentials name the files a stand-in node finds in the directory its node kubeconfig
+// (LIKEN_STANDIN_KUBECONFIG) is in, beside it. k3s's agent fetches the same from its server's
+// supervisor with its token; the stand-in's server has no supervisor, so liken's layer
+// carries them (`liken layer --stand-in-node-credentials`) and init writes them out.
+var NodeCredentials = struct{ KubeProxy, Controller, ClientCA string }{
+	KubeProxy:  "kube-proxy.kubeconfig",     // user system:kube-proxy (Kubernetes binds system:node-proxier to it)
+	Controller: "k3s-controller.kubeconfig", // user system:k3s-controller (k3s's rolebindings.yaml)
+	ClientCA:   "client-ca.crt",             // the kubelet's x509 clientCAFile
+}
+
+// NodeInput is what a stand-in node runs with.
+type NodeInput struct {
+	// Parts holds the programs: the kube-parts links (containerd, ctr, kubelet, kube-proxy),
+	// containerd-shim-runc-v2, runc, and the CNI plugins under cni/.
+	Parts string
+	// Kubeconfig is the node's identity (system:node:NAME); NodeCredentials are beside it.
+	Kubeconfig string
+	// Hash names the unpacked data directory (data/<hash>/bin), where the programs containerd
+	// and the kubelet find through PATH are linked.
+	Hash string
+	Log  io.Writer
+}
+
+// nodeFiles writes the agent's files as k3s's agent writes them before it starts anything
+// (pkg/agent/config, pkg/agent/containerd, pkg/daemons/agent, pkg/agent/flannel): containerd's
+// config, the kubelet's drop-in, the components' kubeconfigs and the kubelet's client CA,
+// flannel's CNI network list and net-conf.json, and the data directory's program links.
+func (n *Node) nodeFiles(in NodeInput) error {
+	n.defaults()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	kubelet, err := n.KubeletConfig()
+	if err != nil {
+		return err
+	}
+	netConf, err := n.FlannelNetConf()
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		n.agent("etc", "containerd", "config.toml"):              n.ContainerdConfig(),
+		n.agent("etc", "kubelet.conf.d", "00-k3s-defaults.conf"): kubelet,
+		n.agent("etc", "cni", "net.d", "10-flannel.conflist"):    n.FlannelCNIConfig(),
+		n.agent("etc", "flannel", "net-conf.json"):               netConf,
+	}
+	credDir := filepath.Dir(in.Kubeconfig)
+	for dst, src := range map[string]string{
+		n.agent("kubelet.kubeconfig"):       in.Kubeconfig,
+		n.agent("kubeproxy.kubeconfig"):     filepath.Join(credDir, NodeCredentials.KubeProxy),
+		n.agent("k3scontroller.kubeconfig"): filepath.Join(credDir, NodeCredentials.Controller),
+		n.agent("client-ca.crt"):            filepath.Join(credDir, NodeCredentials.ClientCA),
+	} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("the node's credentials (liken layer --stand-in-node-credentials): %w", err)
+		}
+		files[dst] = b
+	}
+	for path, data := range files {
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(path, ".kubeconfig") {
+			mode = 0o600
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := atomicfile.Write(path, data, mode); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{n.agent("pod-manifests"), n.agent("images")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// The programs k3s bundles in data/<hash>/bin, and the CNI plugins also under data/cni
+	// (cmd/k3s/main.go extract): upstream's from Parts, flannel's the stand-in itself.
+	bin := filepath.Join(n.DataDir, "data", in.Hash, "bin")
+	links := map[string]string{"flannel": self}
+	for _, p := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "runc"} {
+		links[p] = filepath.Join(in.Parts, p)
+	}
+	plugins, err := os.ReadDir(filepath.Join(in.Parts, "cni"))
+	if err != nil {
+		return fmt.Errorf("the CNI plugins: %w", err)
+	}
+	cni := []string{"flannel"}
+	for _, p := range plugins {
+		links[p.Name()] = filepath.Join(in.Parts, "cni", p.Name())
+		cni = append(cni, p.Name())
+	}
+	for name, target := range links {
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			return err
+		}
+		if err := atomicfile.Symlink(target, filepath.Join(bin, name)); err != nil {
+			return err
+		}
+	}
+	for _, name := range cni {
+		if err := atomicfile.Symlink(links[name], filepath.Join(n.DataDir, "data", "cni", name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunNode runs the node's half of k3s until ctx ends or a part of it stops: containerd (a
+// child, as k3s runs it, killed with the stand-in but not its containers, whose shims live
+// on), the images under agent/images imported as k3s imports its air-gap images, then the
+// kubelet and kube-proxy (in k3s's own process; children here, killed with it) and flannel
+// (in process, as k3s embeds it). It returns why it stopped.
+func (n *Node) RunNode(ctx context.Context, in NodeInput) error {
+	if err := n.nodeFiles(in); err != nil {
+		return fmt.Errorf("laying out the node's files: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	exited := make(chan error, 4)
+	var stopped []<-chan struct{}
+	defer func() {
+		cancel()
+		for _, s := range stopped {
+			<-s
+		}
+	}()
+	// containerd logs where k3s has it log; the kubelet's and kube-proxy's go beside it (in
+	// k3s they share k3s's own log).
+	logs := map[string]string{"containerd": n.agent("containerd", "containerd.log"),
+		"kubelet": n.agent("logs", "kubelet.log"), "kube-proxy": n.agent("logs", "kube-proxy.log")}
+	start := func(name string, args ...string) error {
+		s, err := spawnPart(ctx, name, filepath.Join(in.Parts, name), args, os.Environ(), logs[name], in.Log, exited)
+		if err == nil {
+			stopped = append(stopped, s)
+		}
+		return err
+	}
+	if err := start("containerd", n.ContainerdArgs()...); err != nil {
+		return err
+	}
+	if err := n.waitContainerd(ctx, exited); err != nil {
+		return err
+	}
+	if err := n.importImages(ctx, filepath.Join(in.Parts, "ctr"), in.Log); err != nil {
+		return err
+	}
+	if err := start("kubelet", n.KubeletArgs()...); err != nil {
+		return err
+	}
+	if err := start("kube-proxy", n.KubeProxyArgs()...); err != nil {
+		return err
+	}
+	go func() {
+		err := flannel.Run(ctx, flannel.Options{Kubeconfig: n.agent("k3scontroller.kubeconfig"), NetConf: n.agent("etc", "flannel", "net-conf.json"),
+			NodeName: n.NodeName, PublicIP: n.NodeIP, Log: in.Log})
+		exited <- fmt.Errorf("flannel stopped: %w", err)
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-exited:
+		return err
+	}
+}
+
+// waitContainerd waits for containerd's socket to take connections, as k3s waits for its CRI
+// before it starts the kubelet.
+func (n *Node) waitContainerd(ctx context.Context, exited <-chan error) error {
+	deadline := time.After(2 * time.Minute)
+	for {
+		if c, err := net.Dial("unix", n.ContainerdSocket()); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-exited:
+			return err
+		case <-deadline:
+			return fmt.Errorf("containerd did not serve on %s within two minutes", n.ContainerdSocket())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// importImages imports every archive in agent/images into containerd's k8s.io namespace, as
+// k3s imports its air-gap images at start (pkg/agent/containerd: .tar and compressed tars).
+func (n *Node) importImages(ctx context.Context, ctr string, log io.Writer) error {
+	entries, err := os.ReadDir(n.agent("images"))
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".tar") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", n.agent("images", name)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("importing %s: %w: %s", name, err, out)
+		}
+		fmt.Fprintf(log, "k3s-standin: imported %s in %s: %s\n", name, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	}
+	if len(names) == 0 {
+		return errors.New("no image archives in " + n.agent("images") + ": the node cannot run a pod without its pause image")
+	}
+	return nil
+}
+
