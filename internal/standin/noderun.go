@@ -231,4 +231,3 @@ func (n *Node) importImages(ctx context.Context, ctr string, log io.Writer) erro
 	}
 	return nil
 }
-
