@@ -233,10 +233,28 @@ type IndexEntry struct {
 	Created time.Time `json:"created"`
 }
 
-// StandInControlPlaneDir is where a release built with the k3s stand-in carries the control
-// plane the stand-in's `server` mode runs (etcd, and kube-apiserver, kube-controller-manager and
-// kube-scheduler as links to one program). A release with real k3s has none: k3s runs its own.
+// StandInControlPlaneDir is where a release built with the k3s stand-in carries the upstream
+// programs the stand-in runs: etcd and kube-parts (kube-apiserver, kube-controller-manager,
+// kube-scheduler, kubelet, kube-proxy, containerd and ctr as links to one program) for a
+// server's control plane, and with them, for every machine's node, containerd's runc shim,
+// runc and the CNI plugins (cni/). A release with real k3s has none: k3s runs its own.
 const StandInControlPlaneDir = "/usr/lib/liken/stand-in/bin"
+
+// StandInXtablesDir holds a stand-in release's iptables (xtables-nft-multi, its loader ld.so,
+// lib/ and extensions ext/), which the stand-in's own xtables-nft-multi runs.
+const StandInXtablesDir = "/usr/lib/liken/stand-in/xtables"
+
+// StandInImagesDir holds the image archives a stand-in release carries (the pause image),
+// which a stand-in node imports at start beside agent/images, as k3s imports air-gap images.
+const StandInImagesDir = "/usr/lib/liken/stand-in/images"
+
+// The files a stand-in node with real components reads beside its node kubeconfig, which
+// init writes from the layer (k3s's agent gets the same from its server's supervisor).
+const (
+	StandInKubeProxyKubeconfig  = "kube-proxy.kubeconfig"     // user system:kube-proxy
+	StandInControllerKubeconfig = "k3s-controller.kubeconfig" // user system:k3s-controller (flannel)
+	StandInClientCA             = "client-ca.crt"             // the kubelet's x509 clientCAFile
+)
 
 // BuildTimeFile is where the root image records when the release was built (RFC 3339): no
 // clock that reads earlier can be right, and k3s must not start by it.

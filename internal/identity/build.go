@@ -127,6 +127,16 @@ func BuildLayers(in Input) (*Result, error) {
 			}
 			machines = append(machines, m.Name)
 		}
+		if in.StandInNodeCredentials {
+			for comp := range StandInComponents {
+				cred, err := id.StandInComponentCredential(comp)
+				if err != nil {
+					return nil, err
+				}
+				files[layer.StandInComponentsDir+"/"+comp+".crt"] = layer.Entry{Data: cred.CertPEM, Mode: 0o644}
+				files[layer.StandInComponentsDir+"/"+comp+".key"] = layer.Entry{Data: cred.KeyPEM, Mode: 0o600}
+			}
+		}
 		if role == v1alpha1.RoleServer {
 			for name, ca := range id.CAs {
 				key, err := ca.KeyPEM()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -165,4 +167,61 @@ func mustLoad(t *testing.T, p string) []manifest.Document {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestStandInCredentials: a test layer for the k3s stand-in carries each machine's node
+// identity and the node components' identities (kube-proxy's and flannel's k3s-controller),
+// client certificates of the cluster's client CA for the users k3s gives them; a layer
+// narrowed to one machine keeps the components' and drops the other machines' node identities.
+func TestStandInCredentials(t *testing.T) {
+	out := t.TempDir()
+	res, err := BuildLayers(Input{Docs: examples(t), IdentityDir: filepath.Join(t.TempDir(), "identity"), OutDir: out, StandInNodeCredentials: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(res.Layers[v1alpha1.RoleAgent])
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrowed, _, err := layer.Narrow(data, "agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "layer")
+	if _, err := layer.Unpack(bytes.NewReader(narrowed), dir, layer.DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "tls", "client-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	for stem, user := range map[string]string{
+		layer.StandInDir + "/agent-1":                 "system:node:agent-1",
+		layer.StandInComponentsDir + "/kube-proxy":     "system:kube-proxy",
+		layer.StandInComponentsDir + "/k3s-controller": "system:k3s-controller",
+	} {
+		certPEM, err1 := os.ReadFile(filepath.Join(dir, stem+".crt"))
+		keyPEM, err2 := os.ReadFile(filepath.Join(dir, stem+".key"))
+		if err := errors.Join(err1, err2); err != nil {
+			t.Errorf("the narrowed layer lacks %s: %v", stem, err)
+			continue
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Errorf("%s: %v", stem, err)
+			continue
+		}
+		cert, _ := x509.ParseCertificate(pair.Certificate[0])
+		if cert.Subject.CommonName != user {
+			t.Errorf("%s is for %q, want %q", stem, cert.Subject.CommonName, user)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("%s is not a client certificate of the cluster's client CA: %v", stem, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, layer.StandInDir, "agent-2.crt")); err == nil {
+		t.Error("the layer narrowed to agent-1 keeps agent-2's node identity")
+	}
 }

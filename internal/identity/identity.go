@@ -143,6 +143,22 @@ func (id *Identity) StandInNodeCredential(machine string) (pki.Pair, error) {
 	return id.credential("stand-in/"+machine, "system:node:"+machine, []string{"system:nodes"})
 }
 
+// StandInComponents are the users of the node components liken's k3s stand-in runs, by the
+// stem of their credential: k3s's agent gets the same from its server's supervisor.
+var StandInComponents = map[string]string{
+	"kube-proxy":     "system:kube-proxy",     // Kubernetes binds system:node-proxier to it
+	"k3s-controller": "system:k3s-controller", // flannel's identity (k3s's rolebindings.yaml)
+}
+
+// StandInComponentCredential returns the credential of one of StandInComponents.
+func (id *Identity) StandInComponentCredential(component string) (pki.Pair, error) {
+	user, ok := StandInComponents[component]
+	if !ok {
+		return pki.Pair{}, fmt.Errorf("no stand-in component %q", component)
+	}
+	return id.credential("stand-in/"+component, user, nil)
+}
+
 // BootstrapCredential returns the servers' bootstrap credential (authority.BootstrapUser).
 func (id *Identity) BootstrapCredential() (pki.Pair, error) {
 	return id.credential("bootstrap", authority.BootstrapUser, nil)

@@ -363,13 +363,49 @@ func (s *system) prepareK3s() error {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(standInKubeconfig, kc, 0o600)
+		if err := os.MkdirAll(filepath.Dir(standInKubeconfig), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(standInKubeconfig, kc, 0o600); err != nil {
+			return err
+		}
+		return writeStandInComponentCredentials(api, ca)
 	}
 	return nil
 }
 
+// writeStandInComponentCredentials writes what a real stand-in node needs beside its node
+// kubeconfig (api/release's StandIn* files): kubeconfigs for kube-proxy and flannel and the client
+// CA the kubelet checks callers against. A layer from before them has none: the stand-in then
+// says what it lacks.
+func writeStandInComponentCredentials(api string, ca []byte) error {
+	dir := filepath.Dir(standInKubeconfig)
+	for comp, name := range map[string]string{"kube-proxy": apirelease.StandInKubeProxyKubeconfig, "k3s-controller": apirelease.StandInControllerKubeconfig} {
+		cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.StandInComponentsDir, comp+".crt"))
+		key, err2 := os.ReadFile(filepath.Join(layerDir, layer.StandInComponentsDir, comp+".key"))
+		if errors.Is(err1, os.ErrNotExist) {
+			return nil
+		}
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		kc, err := kubeconfig.Render(api, ca, cert, key)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), kc, 0o600); err != nil {
+			return err
+		}
+	}
+	clientCA, err := os.ReadFile(filepath.Join(layerDir, layer.TLSDir, "client-ca.crt"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, apirelease.StandInClientCA), clientCA, 0o644)
+}
+
 const (
-	standInKubeconfig   = "/var/lib/liken/stand-in.kubeconfig"
+	standInKubeconfig   = "/var/lib/liken/stand-in/node.kubeconfig"
 	bootstrapKubeconfig = "/run/liken/bootstrap.kubeconfig"
 )
 
@@ -530,6 +566,12 @@ func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
 		// gives an API server of its own.
 		if role == v1alpha1.RoleServer && cmd["liken.test.api"] == "" {
 			env = append(env, "LIKEN_STANDIN_CONTROL_PLANE="+apirelease.StandInControlPlaneDir)
+		}
+		// A cluster of its own runs real nodes (containerd, kubelet, kube-proxy, flannel) when
+		// the release carries them; a VM test's API server has no controllers to serve a real
+		// kubelet, so its machines' Nodes are simulated, as the stand-in's log says.
+		if _, err := os.Stat(filepath.Join(apirelease.StandInControlPlaneDir, "kubelet")); err == nil && cmd["liken.test.api"] == "" {
+			env = append(env, "LIKEN_STANDIN_NODE="+apirelease.StandInControlPlaneDir)
 		}
 		if f := cmd["liken.test.k3s-fault"]; f != "" {
 			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready

@@ -64,6 +64,9 @@ const (
 	K3sManifestsDir = "k3s-manifests"
 	// StandInDir holds node certificates for liken's k3s stand-in (test layers only).
 	StandInDir = "stand-in"
+	// StandInComponentsDir holds the credentials of the node components liken's k3s
+	// stand-in runs (kube-proxy, k3s-controller), the same for every machine (test layers only).
+	StandInComponentsDir = "stand-in-components"
 	// BootstrapCert and BootstrapKey are the servers' bootstrap credential
 	// (authority.BootstrapUser): it may only create the Cluster and Machines when absent.
 	BootstrapCert = "bootstrap/bootstrap.crt"

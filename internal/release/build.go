@@ -109,7 +109,7 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	bin := filepath.Join(work, "bin")
 	cmds := []string{"liken-initramfs", "liken-init", "liken-agent"}
 	if opts.StandIn {
-		cmds = append(cmds, "k3s-standin")
+		cmds = append(cmds, "k3s-standin", "liken-pause")
 	}
 	for _, c := range cmds {
 		step("building %s", c)
@@ -400,7 +400,7 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		return err
 	}
 	if opts.StandIn {
-		if err := putStandInControlPlane(opts.Source, put, stage, opts.Log); err != nil {
+		if err := putStandIn(opts.Source, filepath.Join(bin, "liken-pause"), opts.Epoch, put, stage, opts.Log); err != nil {
 			return err
 		}
 		// Init reads this to give the stand-in what real k3s would not need.
@@ -445,35 +445,6 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", opts.Epoch.Unix()))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w: %s", err, b)
-	}
-	return nil
-}
-
-// putStandInControlPlane copies the upstream programs test/tools builds (statically, from the
-// module proxy) into the root image.
-func putStandInControlPlane(source string, put func(rel, src string, mode os.FileMode) error, stage string, log io.Writer) error {
-	script := filepath.Join(source, "test", "tools", "build.sh")
-	cmd := exec.Command(script)
-	// The first build takes minutes: say so as it goes.
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if log != nil {
-		cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, log), io.MultiWriter(&out, log)
-	}
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building the stand-in's control plane with %s: %w: %s", script, err, out.Bytes())
-	}
-	tools := filepath.Join(source, "test", "tools", "bin")
-	dir := strings.TrimPrefix(apirelease.StandInControlPlaneDir, "/")
-	for _, f := range []string{"etcd", "kube-parts"} {
-		if err := put(filepath.Join(dir, f), filepath.Join(tools, f), 0o755); err != nil {
-			return fmt.Errorf("the stand-in's control plane: %w", err)
-		}
-	}
-	for _, l := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if err := os.Symlink("kube-parts", filepath.Join(stage, dir, l)); err != nil {
-			return err
-		}
 	}
 	return nil
 }

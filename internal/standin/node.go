@@ -42,6 +42,8 @@ type Node struct {
 	// upstream's kubelet does, which an API server that checks kubelets' certificates
 	// refuses (kubectl logs and exec).
 	ServingCert bool
+	// ImageDirs hold image archives imported at start after agent/images (the release's).
+	ImageDirs []string
 	// Args are further component flags, by component (kubelet-arg, kube-proxy-arg).
 	Args map[string][]string
 }

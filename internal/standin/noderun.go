@@ -13,26 +13,18 @@ import (
 	"strings"
 	"time"
 
+	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/standin/flannel"
 )
-
-// NodeCredentials name the files a stand-in node finds in the directory its node kubeconfig
-// (LIKEN_STANDIN_KUBECONFIG) is in, beside it. k3s's agent fetches the same from its server's
-// supervisor with its token; the stand-in's server has no supervisor, so liken's layer
-// carries them (`liken layer --stand-in-node-credentials`) and init writes them out.
-var NodeCredentials = struct{ KubeProxy, Controller, ClientCA string }{
-	KubeProxy:  "kube-proxy.kubeconfig",     // user system:kube-proxy (Kubernetes binds system:node-proxier to it)
-	Controller: "k3s-controller.kubeconfig", // user system:k3s-controller (k3s's rolebindings.yaml)
-	ClientCA:   "client-ca.crt",             // the kubelet's x509 clientCAFile
-}
 
 // NodeInput is what a stand-in node runs with.
 type NodeInput struct {
 	// Parts holds the programs: the kube-parts links (containerd, ctr, kubelet, kube-proxy),
 	// containerd-shim-runc-v2, runc, and the CNI plugins under cni/.
 	Parts string
-	// Kubeconfig is the node's identity (system:node:NAME); NodeCredentials are beside it.
+	// Kubeconfig is the node's identity (system:node:NAME); the components' credentials are
+	// beside it (api/release's StandIn* files).
 	Kubeconfig string
 	// Hash names the unpacked data directory (data/<hash>/bin), where the programs containerd
 	// and the kubelet find through PATH are linked.
@@ -67,9 +59,9 @@ func (n *Node) nodeFiles(in NodeInput) error {
 	credDir := filepath.Dir(in.Kubeconfig)
 	for dst, src := range map[string]string{
 		n.agent("kubelet.kubeconfig"):       in.Kubeconfig,
-		n.agent("kubeproxy.kubeconfig"):     filepath.Join(credDir, NodeCredentials.KubeProxy),
-		n.agent("k3scontroller.kubeconfig"): filepath.Join(credDir, NodeCredentials.Controller),
-		n.agent("client-ca.crt"):            filepath.Join(credDir, NodeCredentials.ClientCA),
+		n.agent("kubeproxy.kubeconfig"):     filepath.Join(credDir, apirelease.StandInKubeProxyKubeconfig),
+		n.agent("k3scontroller.kubeconfig"): filepath.Join(credDir, apirelease.StandInControllerKubeconfig),
+		n.agent("client-ca.crt"):            filepath.Join(credDir, apirelease.StandInClientCA),
 	} {
 		b, err := os.ReadFile(src)
 		if err != nil {
@@ -204,29 +196,36 @@ func (n *Node) waitContainerd(ctx context.Context, exited <-chan error) error {
 	}
 }
 
-// importImages imports every archive in agent/images into containerd's k8s.io namespace, as
-// k3s imports its air-gap images at start (pkg/agent/containerd: .tar and compressed tars).
+// importImages imports every archive in agent/images and ImageDirs into containerd's k8s.io
+// namespace, as k3s imports its air-gap images at start (pkg/agent/containerd; k3s also takes
+// compressed tars, the stand-in .tar only).
 func (n *Node) importImages(ctx context.Context, ctr string, log io.Writer) error {
-	entries, err := os.ReadDir(n.agent("images"))
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".tar") {
-			names = append(names, e.Name())
+	var archives []string
+	for _, dir := range append([]string{n.agent("images")}, n.ImageDirs...) {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		var names []string
+		for _, e := range entries {
+			if !e.IsDir() && strings.HasSuffix(e.Name(), ".tar") {
+				names = append(names, e.Name())
+			}
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			archives = append(archives, filepath.Join(dir, name))
 		}
 	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, a := range archives {
 		start := time.Now()
-		out, err := exec.CommandContext(ctx, ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", n.agent("images", name)).CombinedOutput()
+		out, err := exec.CommandContext(ctx, ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", a).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("importing %s: %w: %s", name, err, out)
+			return fmt.Errorf("importing %s: %w: %s", a, err, out)
 		}
-		fmt.Fprintf(log, "k3s-standin: imported %s in %s: %s\n", name, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+		fmt.Fprintf(log, "k3s-standin: imported %s in %s: %s\n", a, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 	}
-	if len(names) == 0 {
+	if len(archives) == 0 {
 		return errors.New("no image archives in " + n.agent("images") + ": the node cannot run a pod without its pause image")
 	}
 	return nil

@@ -121,12 +121,30 @@ func (c *Config) swapCheck(swapOn bool, log io.Writer) error {
 }
 
 // IptablesMain is the stand-in run as one of the iptables names (through the stand-in's
-// data directory's xtables-nft-multi): it changes no rules, and says so.
+// data directory's xtables-nft-multi). Where the release carries Debian's iptables
+// (apirelease.StandInXtablesDir) it runs that, as the name it was run as; elsewhere it
+// changes no rules, and says so.
 func IptablesMain(argv0 string, stderr io.Writer) (int, bool) {
 	name := filepath.Base(argv0)
 	if !slices.Contains(k3s.IptablesNames, name) && name != "xtables-nft-multi" {
 		return 0, false
 	}
+	if argv, env, ok := xtablesCommand("/", apirelease.StandInXtablesDir, name, os.Args[1:], os.Environ()); ok {
+		err := syscall.Exec(argv[0], argv, env)
+		fmt.Fprintf(stderr, "k3s-standin: %s: running %s: %v\n", name, argv[0], err)
+		return 1, true
+	}
 	fmt.Fprintf(stderr, "k3s-standin: %s: liken's stand-in for k3s's xtables-nft-multi; it changes no rules (not iptables)\n", name)
 	return 1, true
+}
+
+// xtablesCommand is the command line that runs dir's xtables-nft-multi as name through the
+// loader beside it, its extensions from dir/ext; ok is false when dir has none under root.
+func xtablesCommand(root, dir, name string, args, env []string) (argv, outEnv []string, ok bool) {
+	prog := filepath.Join(dir, "xtables-nft-multi")
+	if _, err := os.Stat(filepath.Join(root, prog)); err != nil {
+		return nil, nil, false
+	}
+	argv = append([]string{filepath.Join(dir, "ld.so"), "--library-path", filepath.Join(dir, "lib"), "--argv0", name, prog}, args...)
+	return argv, append(slices.Clone(env), "XTABLES_LIBDIR="+filepath.Join(dir, "ext")), true
 }

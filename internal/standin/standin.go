@@ -28,7 +28,7 @@
 // Settings only the stand-in has come from the environment:
 //
 //	LIKEN_STANDIN_KUBECONFIG  kubeconfig it registers its Node with (a node identity); a real
-//	                          node's other credentials are beside it (NodeCredentials)
+//	                          node's other credentials are beside it (api/release StandIn*)
 //	LIKEN_STANDIN_NODE        directory of the node's programs: run a real node (noderun.go)
 //	LIKEN_STANDIN_HEALTHZ     a simulated node's readiness address (default 127.0.0.1:10248,
 //	                          the kubelet's, which a real node's kubelet serves)
@@ -72,6 +72,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	apirelease "liken.dev/liken/api/release"
 )
 
 // Banner starts every run's output, so no log can mistake the stand-in for k3s.
@@ -457,7 +459,7 @@ func (c *Config) node() (*Node, error) {
 	n := &Node{DataDir: c.dataDir(), NodeName: c.NodeName(), NodeIP: str("node-ip"), ClusterCIDR: str("cluster-cidr"),
 		ClusterDNS: str("cluster-dns"), ClusterDomain: str("cluster-domain"), PauseImage: str("pause-image"),
 		Labels: c.list("node-label"), Taints: c.list("node-taint"), ResolvConf: str("resolv-conf"),
-		Args: map[string][]string{}}
+		ImageDirs: []string{apirelease.StandInImagesDir}, Args: map[string][]string{}}
 	for _, comp := range []string{"kubelet", "kube-proxy"} {
 		for _, a := range c.list(comp + "-arg") {
 			n.Args[comp] = append(n.Args[comp], "--"+strings.TrimPrefix(a, "--"))
