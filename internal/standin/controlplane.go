@@ -216,6 +216,13 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 	if err := cp.writeAdminKubeconfig(); err != nil {
 		return err
 	}
+	// k3s stages its own manifests there at start; the stand-in the one its nodes need.
+	if err := os.MkdirAll(cp.server("manifests"), 0o700); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(cp.server("manifests", "rolebindings.yaml"), []byte(rolebindings), 0o600); err != nil {
+		return err
+	}
 	if d, err := newDeployer(admin, cp.server("manifests"), cp.Log); err != nil {
 		return fmt.Errorf("starting the manifests deployer: %w", err)
 	} else {
@@ -231,6 +238,44 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 		return err
 	}
 }
+
+// rolebindings is the part of k3s's manifests/rolebindings.yaml a stand-in node needs: the
+// system:k3s-controller user's role, which flannel runs as (its kube subnet manager watches
+// Nodes and patches their status; docs/research/k3s-node.md, section 4).
+const rolebindings = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:k3s-controller
+rules:
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [nodes/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [endpoints, pods]
+  verbs: [list, get, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:k3s-controller
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:k3s-controller
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:k3s-controller
+`
 
 // spawn starts one component, its output in server/logs/NAME.log.
 func (cp *ControlPlane) spawn(ctx context.Context, name string, args []string, exited chan<- error) (<-chan struct{}, error) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -167,6 +168,18 @@ func TestControlPlaneLikeK3s(t *testing.T) {
 		cm, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "hello", metav1.GetOptions{})
 		return err == nil && cm.Data["from"] == "manifests", nil
 	})
+	// The role the stand-in stages for its nodes' flannel: it may watch Nodes and patch their
+	// status, and no more of Nodes.
+	for _, tc := range []struct {
+		verb, sub string
+		want      bool
+	}{{"list", "", true}, {"watch", "", true}, {"patch", "status", true}, {"delete", "", false}, {"patch", "", false}} {
+		waitFor(t, time.Minute, fmt.Sprintf("system:k3s-controller's %s nodes/%s to be %v", tc.verb, tc.sub, tc.want), func() (bool, error) {
+			r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "system:k3s-controller", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: tc.verb, Resource: "nodes", Subresource: tc.sub}}}, metav1.CreateOptions{})
+			return err == nil && r.Status.Allowed == tc.want, err
+		})
+	}
 	_ = admin // the same identity as k3s.yaml: both read server/cred/admin.kubeconfig
 
 	// Stopped, it leaves no component running; started again on the same data, it keeps its
