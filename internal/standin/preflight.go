@@ -44,7 +44,8 @@ func unpackDataDir(dataDir string) (string, error) {
 			return "", err
 		}
 	}
-	links := map[string]string{"xtables-nft-multi": self}
+	// mount and umount: the kubelet's, as k3s has busybox's there (mount.go).
+	links := map[string]string{"xtables-nft-multi": self, "mount": self, "umount": self}
 	for _, n := range k3s.IptablesNames {
 		links[n] = "iptables-detect.sh"
 	}
