@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,7 +198,7 @@ func TestStandInCredentials(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	for stem, user := range map[string]string{
-		layer.StandInDir + "/agent-1":                 "system:node:agent-1",
+		layer.StandInDir + "/agent-1":                  "system:node:agent-1",
 		layer.StandInComponentsDir + "/kube-proxy":     "system:kube-proxy",
 		layer.StandInComponentsDir + "/k3s-controller": "system:k3s-controller",
 	} {
