@@ -235,6 +235,7 @@ type Partition struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.interfaces) || self.interfaces.all(i, !has(i.vlan) || self.interfaces.exists(j, j.name == i.vlan.link))",message="a VLAN's link must be one of the interfaces listed in network.interfaces"
 // +kubebuilder:validation:XValidation:rule="!has(self.interfaces) || self.interfaces.all(i, !has(i.bond) || i.bond.interfaces.all(m, self.interfaces.exists(j, j.name == m)))",message="a bond's member interfaces must be listed in network.interfaces"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeIP) || (has(self.interfaces) && self.interfaces.exists(i, has(i.addresses) && i.addresses.exists(a, a.startsWith(self.nodeIP + '/'))))",message="nodeIP must be one of the interfaces' static addresses"
 type MachineNetwork struct {
 	// Interfaces: physical ports, bonds and VLANs.
 	// +optional
@@ -250,6 +251,14 @@ type MachineNetwork struct {
 	// DNS resolvers and search domains, beyond those DHCP provides.
 	// +optional
 	DNS *DNS `json:"dns,omitempty"`
+	// NodeIP is the address k3s gives its Node and reaches other machines from (k3s's
+	// node-ip; flannel uses the interface that holds it): one of the interfaces' static
+	// addresses, without its prefix length. Empty, k3s takes the address of the interface of
+	// the default route, which on a machine with several networks may be the wrong one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="nodeIP must be an IP address, such as 192.168.1.10"
+	NodeIP string `json:"nodeIP,omitempty"`
 }
 
 // Interface configures one network interface: a physical port, a bond or a VLAN.

@@ -378,8 +378,14 @@ func (a *Agent) applyK3s(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 		// settings). A Machine that says otherwise is reported (roleMismatch).
 		role = bi.Role
 	}
+	// node-ip belongs to spec.network (a Reboot-class field): it is the network this boot
+	// has, as init rendered it, never the Machine's newer one, which waits for its reboot.
+	var nodeIP string
+	if bi := a.bootInfo; bi != nil && bi.Report != nil && bi.Report.Network != nil {
+		nodeIP = bi.Report.Network.NodeIP
+	}
 	// The kubelet accepts swap whenever swap is on here: features.swap turns it on at boot.
-	rendered, err := k3s.Render(k3s.Input{Role: role, NodeName: a.cfg.Machine, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths, SwapOn: a.swapOn()})
+	rendered, err := k3s.Render(k3s.Input{Role: role, NodeName: a.cfg.Machine, NodeIP: nodeIP, Cluster: c.Spec, Join: a.cfg.Join, Secrets: secrets, Paths: a.cfg.K3sPaths, SwapOn: a.swapOn()})
 	if err != nil {
 		return err
 	}

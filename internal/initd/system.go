@@ -346,7 +346,11 @@ func (s *system) prepareK3s() error {
 	}
 	// Registry Secrets live in the API; at boot k3s starts without their credentials and the
 	// agent adds them once it reads them.
-	out, err := k3s.Render(k3s.Input{Role: s.machine.Spec.Role, NodeName: s.machine.Name, Cluster: s.cluster.Spec, Join: s.join, Paths: paths, AllowMissingSecrets: true, SwapOn: k3s.SwapOn()})
+	var nodeIP string
+	if n := s.machine.Spec.Network; n != nil {
+		nodeIP = n.NodeIP // this boot's network: the staged one on trial, else the last good
+	}
+	out, err := k3s.Render(k3s.Input{Role: s.machine.Spec.Role, NodeName: s.machine.Name, NodeIP: nodeIP, Cluster: s.cluster.Spec, Join: s.join, Paths: paths, AllowMissingSecrets: true, SwapOn: k3s.SwapOn()})
 	if err != nil {
 		return err
 	}

@@ -365,8 +365,8 @@ spec:
   kernelArgs: ["console=ttyS0,115200"]
 `
 
-// Each machine: a private network (static, the one the cluster uses) and QEMU's user
-// network (DHCP, for the channel the host serves).
+// Each machine: a private network (static, the one the cluster uses: its node IP) and QEMU's
+// user network (DHCP, for the channel the host serves).
 const machineYAML = `apiVersion: liken.dev/v1alpha1
 kind: Machine
 metadata:
@@ -383,6 +383,9 @@ spec:
       - name: eth0
         mac: "%[3]s"
         dhcp: true
+    # k3s's node-ip: every lab machine has the same address on QEMU's user network, the
+    # default route's, which k3s would otherwise take.
+    nodeIP: "%[5]s"
 `
 
 // agentMachine is the lab's agent number n (from 1): its name, addresses and memory.

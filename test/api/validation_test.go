@@ -105,6 +105,11 @@ var invalidCases = []invalidCase{
 		map[string]any{"name": "bond0", "bond": map[string]any{"mode": "active-backup", "interfaces": []string{"eth7"}}},
 	}), "a bond's member interfaces must be listed in network.interfaces"},
 	{"address not CIDR", "server-1", setTo("spec.network.interfaces", []any{map[string]any{"name": "eth0", "addresses": []string{"10.0.0.300/24"}}}), "addresses must be an IP address with a prefix length"},
+	{"nodeIP not an address", "server-1", setTo("spec.network.nodeIP", "node-1"), "nodeIP must be an IP address"},
+	{"nodeIP not the machine's", "server-1", func(t *testing.T, u *unstructured.Unstructured) {
+		setTo("spec.network.interfaces", []any{map[string]any{"name": "eth0", "addresses": []string{"192.168.10.11/24"}}})(t, u)
+		setTo("spec.network.nodeIP", "192.168.10.1")(t, u)
+	}, "nodeIP must be one of the interfaces' static addresses"},
 	{"route gateway not IP", "server-1", setTo("spec.network.routes", []any{map[string]any{"to": "0.0.0.0/0", "via": "gateway"}}), "route gateway must be an IP address"},
 	{"install disk not under /dev", "server-1", setTo("spec.install.disk", "sda"), "must be a block device path under /dev/"},
 	{"install disk with ..", "server-1", setTo("spec.install.disk", "/dev/../etc/passwd"), "must be a block device path under /dev/"},

@@ -28,9 +28,9 @@ build() { # build MODULE_DIR PACKAGE... (into $bin, or the directory $out names)
 	local start=$SECONDS
 	mkdir -p "$to"
 	# cgo=1 links a program that needs cgo statically (runc), so it runs in liken's image too.
-	local ldflags="-s -w" tags=
+	local ldflags="-s -w ${ldx:-}" tags=
 	if [ "${cgo:-0}" = 1 ]; then
-		ldflags="-s -w -extldflags -static" tags="-tags=netgo,osusergo"
+		ldflags="-s -w -extldflags -static ${ldx:-}" tags="-tags=netgo,osusergo"
 	fi
 	(cd "$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath $tags -ldflags="$ldflags" -o "$to/" "$@")
 	echo "$want" >"$stamp"
@@ -41,7 +41,15 @@ build() { # build MODULE_DIR PACKAGE... (into $bin, or the directory $out names)
 }
 
 build "$here/etcd" liken.dev/liken/test/tools/etcd
-build "$here/kube" liken.dev/liken/test/tools/kube/kube-parts k8s.io/kubernetes/cmd/kubectl \
+# The version Kubernetes's own build stamps (hack/lib/version.sh), so the Nodes, the API's
+# /version and kubectl name the release they run rather than v0.0.0-master.
+kv=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/kube/go.mod")
+kminor=${kv#v1.}; kminor=${kminor%%.*}
+kver=
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kver="$kver -X $p.gitVersion=$kv -X $p.gitMajor=1 -X $p.gitMinor=$kminor -X $p.gitTreeState=clean"
+done
+ldx=$kver build "$here/kube" liken.dev/liken/test/tools/kube/kube-parts k8s.io/kubernetes/cmd/kubectl \
 	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 # The CNI plugins the stand-in's node runs, in a directory of their own (their names are
 # generic): bridge, host-local, loopback, portmap, bandwidth.

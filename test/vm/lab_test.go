@@ -313,6 +313,7 @@ func TestLabUpAndDown(t *testing.T) {
 				return fmt.Errorf("lab-server-1 has no eth1: %+v", m.Spec.Network.Interfaces)
 			}
 			m.Spec.Network.Interfaces[i].Addresses = []string{addr}
+			m.Spec.Network.NodeIP, _, _ = strings.Cut(addr, "/") // k3s's node-ip moves with it
 			_, err = lc.UpdateMachine(ctx, m)
 			return err
 		})

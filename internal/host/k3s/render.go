@@ -45,7 +45,10 @@ var DefaultPaths = Paths{
 type Input struct {
 	Role     v1alpha1.Role
 	NodeName string
-	Cluster  v1alpha1.ClusterSpec
+	// NodeIP is node-ip: the Machine's spec.network.nodeIP this boot's network has (empty:
+	// k3s's own choice).
+	NodeIP  string
+	Cluster v1alpha1.ClusterSpec
 	// Join is the URL of a server to join (https://host:6443); empty on the server that
 	// initialises the cluster.
 	Join string
@@ -78,6 +81,9 @@ func Render(in Input) (Output, error) {
 		"data-dir":         p.DataDir,
 		"private-registry": p.Registries,
 	}
+	// k3s's node-ip (pkg/cli/cmds/agent.go, a key of both server and agent): the address the
+	// kubelet gives the Node, flannel's interface, and a server's advertised address.
+	setIf(cfg, "node-ip", in.NodeIP)
 	switch in.Role {
 	case v1alpha1.RoleServer:
 		if in.Join == "" {

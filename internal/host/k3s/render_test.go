@@ -95,7 +95,7 @@ func TestRenderServer(t *testing.T) {
 }
 
 func TestRenderAgentHasNoServerOnlyKey(t *testing.T) {
-	out, err := Render(Input{Role: v1alpha1.RoleAgent, NodeName: "a1", Join: "https://s1:6443", Cluster: clusterSpec(), Secrets: secrets, Paths: DefaultPaths})
+	out, err := Render(Input{Role: v1alpha1.RoleAgent, NodeName: "a1", NodeIP: "192.168.76.20", Join: "https://s1:6443", Cluster: clusterSpec(), Secrets: secrets, Paths: DefaultPaths})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +111,9 @@ func TestRenderAgentHasNoServerOnlyKey(t *testing.T) {
 	}
 	if keys(t, out[DefaultPaths.Config])["server"] != "https://s1:6443" {
 		t.Errorf("agent does not join its server")
+	}
+	if got := keys(t, out[DefaultPaths.Config])["node-ip"]; got != "192.168.76.20" {
+		t.Errorf("node-ip %v, want the Machine's nodeIP 192.168.76.20", got)
 	}
 	if _, err := Render(Input{Role: v1alpha1.RoleAgent, NodeName: "a1", Cluster: clusterSpec(), Secrets: secrets, Paths: DefaultPaths}); err == nil {
 		t.Errorf("an agent without a server to join rendered")

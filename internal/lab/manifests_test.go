@@ -1,0 +1,49 @@
+package lab
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"liken.dev/liken/internal/manifest"
+)
+
+// TestManifestsPassTheAPIsRules: the Cluster and Machines `lab up` writes pass the API's own
+// validation (the CRDs' schemas and CEL rules, offline), node IPs included, and each Machine
+// names its private address as k3s's node IP.
+func TestManifestsPassTheAPIsRules(t *testing.T) {
+	dir := t.TempDir()
+	machines := []Machine{{Name: "lab-server-1", Role: "server", MAC: "52:54:00:12:34:01", PrivateMAC: "52:54:00:76:00:10", IP: "192.168.76.10"},
+		agentMachine(1, 1024), agentMachine(2, 1024)}
+	if err := WriteManifests(dir, "http://10.0.2.2:8080/", "2026.12.01-001", "sha256:"+strings.Repeat("ab", 32), machines); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := manifest.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := manifest.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 1+len(machines) {
+		t.Fatalf("%d objects written, want a Cluster and %d Machines", len(docs), len(machines))
+	}
+	for _, d := range docs {
+		if errs := v.Create(d.Object); len(errs) > 0 {
+			t.Errorf("%s: %v", d.Source, errs.ToAggregate())
+		}
+	}
+	for _, d := range docs {
+		for _, m := range machines {
+			if d.Object.GetName() != m.Name {
+				continue
+			}
+			ip, _, _ := unstructured.NestedString(d.Object.Object, "spec", "network", "nodeIP")
+			if ip != m.IP {
+				t.Errorf("%s's nodeIP %q, want its private address %s", m.Name, ip, m.IP)
+			}
+		}
+	}
+}
