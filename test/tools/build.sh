@@ -27,12 +27,13 @@ build() { # build MODULE_DIR PACKAGE... (into $bin, or the directory $out names)
 	echo "building $* (the kube tools take about 15 minutes on 2 cores the first time) ..." >&2
 	local start=$SECONDS
 	mkdir -p "$to"
-	# cgo=1 links a program that needs cgo statically (runc), so it runs in liken's image too.
-	local ldflags="-s -w ${ldx:-}" tags=
+	# cgo=1 links a program that needs cgo statically (runc), so it runs in liken's image too;
+	# tags= adds build tags to it.
+	local ldflags="-s -w ${ldx:-}" gotags=
 	if [ "${cgo:-0}" = 1 ]; then
-		ldflags="-s -w -extldflags -static ${ldx:-}" tags="-tags=netgo,osusergo"
+		ldflags="-s -w -extldflags -static ${ldx:-}" gotags="-tags=netgo,osusergo${tags:+,$tags}"
 	fi
-	(cd "$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath $tags -ldflags="$ldflags" -o "$to/" "$@")
+	(cd "$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath $gotags -ldflags="$ldflags" -o "$to/" "$@")
 	echo "$want" >"$stamp"
 	echo "built $(basename "$dir") tools in $((SECONDS - start))s" >&2
 	if [ -n "${LIKEN_TEST_REPORT:-}" ]; then
@@ -56,7 +57,7 @@ ldx=$kver build "$here/kube" liken.dev/liken/test/tools/kube/kube-parts k8s.io/k
 plugins=github.com/containernetworking/plugins/plugins
 out="$bin/cni" build "$here/cni" $plugins/main/bridge $plugins/ipam/host-local $plugins/main/loopback \
 	$plugins/meta/portmap $plugins/meta/bandwidth
-cgo=1 build "$here/runc" github.com/opencontainers/runc
+cgo=1 tags=seccomp build "$here/runc" github.com/opencontainers/runc
 # kube-parts is several programs in one, chosen by the name it runs as.
 for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr; do
 	ln -sfn kube-parts "$bin/$c"

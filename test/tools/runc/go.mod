@@ -4,8 +4,9 @@ go 1.26.8
 
 // runc, the OCI runtime containerd's runc shim runs, as k3s bundles it. It needs cgo (its
 // nsenter runs in C before the Go runtime starts): test/tools/build.sh links it statically
-// with only the netgo and osusergo tags, so without seccomp (libseccomp is not linked) and
-// with pathrs-lite.
+// with the seccomp, netgo and osusergo tags (libseccomp from Debian's libseccomp-dev, linked
+// in: containerd gives every pod sandbox a seccomp profile, which a runc without seccomp
+// refuses), and with pathrs-lite.
 
 tool github.com/opencontainers/runc
 
