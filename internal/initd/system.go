@@ -573,8 +573,11 @@ func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
 		}
 		// A cluster of its own runs real nodes (containerd, kubelet, kube-proxy, flannel) when
 		// the release carries them; a VM test's API server has no controllers to serve a real
-		// kubelet, so its machines' Nodes are simulated, as the stand-in's log says.
-		if _, err := os.Stat(filepath.Join(apirelease.StandInControlPlaneDir, "kubelet")); err == nil && cmd["liken.test.api"] == "" {
+		// kubelet, so its machines' Nodes are simulated, as the stand-in's log says, and so
+		// are those of VM tests whose point is elsewhere (liken.test.node=simulated), which
+		// would pay for the node's start at every boot.
+		if _, err := os.Stat(filepath.Join(apirelease.StandInControlPlaneDir, "kubelet")); err == nil && cmd["liken.test.api"] == "" &&
+			cmd["liken.test.node"] != "simulated" {
 			env = append(env, "LIKEN_STANDIN_NODE="+apirelease.StandInControlPlaneDir)
 		}
 		if f := cmd["liken.test.k3s-fault"]; f != "" {

@@ -41,9 +41,10 @@ func withoutPeers(docs []manifest.Document, role, keep string) []manifest.Docume
 	return out
 }
 
-// testLayout keeps the test disks small; slots still hold a whole release (92 MiB with the
-// stand-in, its root image compressed at zstd level 6), with room to grow.
-var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 112, LayerMiB: 4, MinStateMiB: 64}
+// testLayout keeps the test disks small; slots still hold a whole release (120 MiB with the
+// stand-in and its node's programs, its root image compressed at zstd level 6), with room
+// to grow.
+var testLayout = disk.Layout{ESPMiB: 40, SlotMiB: 160, LayerMiB: 4, MinStateMiB: 64}
 
 // installed publishes the test release into a channel, builds the example layers and
 // installs server-1's disk image.
@@ -69,6 +70,9 @@ func installedEdited(t *testing.T, kernelArgs, machine, role string, edit func([
 // image file made sizeMiB large, or, with sizeMiB 0, a block device.
 func installTo(t *testing.T, diskPath string, sizeMiB int, kernelArgs, machine, role string, edit func([]manifest.Document)) {
 	t.Helper()
+	// These tests prove the install and boot paths; their machines' nodes are simulated, as
+	// the stand-in says on their consoles, and the lab test runs real ones.
+	kernelArgs = strings.TrimSpace(kernelArgs + " liken.test.node=simulated")
 	channel, pin := publishedRelease(t)
 	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
 	if err != nil {
