@@ -69,6 +69,18 @@ func (n *Node) nodeFiles(in NodeInput) error {
 		}
 		files[dst] = b
 	}
+	hosts, err := RegistryHosts(n.Registries)
+	if err != nil {
+		return err
+	}
+	// As k3s: the registries file is rendered whole at every start, nothing kept from before.
+	certs := n.agent("etc", "containerd", "certs.d")
+	if err := os.RemoveAll(certs); err != nil {
+		return err
+	}
+	for dir, data := range hosts {
+		files[filepath.Join(certs, dir, "hosts.toml")] = data
+	}
 	for path, data := range files {
 		mode := os.FileMode(0o644)
 		if strings.HasSuffix(path, ".kubeconfig") {

@@ -459,13 +459,16 @@ func (c *Config) node() (*Node, error) {
 	n := &Node{DataDir: c.dataDir(), NodeName: c.NodeName(), NodeIP: str("node-ip"), ClusterCIDR: str("cluster-cidr"),
 		ClusterDNS: str("cluster-dns"), ClusterDomain: str("cluster-domain"), PauseImage: str("pause-image"),
 		Labels: c.list("node-label"), Taints: c.list("node-taint"), ResolvConf: str("resolv-conf"),
-		ImageDirs: []string{apirelease.StandInImagesDir}, Args: map[string][]string{}}
+		Registries: c.Registries, ImageDirs: []string{apirelease.StandInImagesDir}, Args: map[string][]string{}}
 	for _, comp := range []string{"kubelet", "kube-proxy"} {
 		for _, a := range c.list(comp + "-arg") {
 			n.Args[comp] = append(n.Args[comp], "--"+strings.TrimPrefix(a, "--"))
 		}
 	}
 	if _, err := n.KubeletConfig(); err != nil {
+		return nil, err
+	}
+	if _, err := RegistryHosts(n.Registries); err != nil {
 		return nil, err
 	}
 	return n, nil
