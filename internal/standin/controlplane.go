@@ -213,6 +213,7 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 	if err := start("kube-scheduler", cp.schedulerArgs()...); err != nil {
 		return err
 	}
+	go (&servingApprover{client: client, log: cp.Log}).run(ctx, 2*time.Second)
 	if err := cp.writeAdminKubeconfig(); err != nil {
 		return err
 	}

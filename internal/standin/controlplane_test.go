@@ -2,10 +2,16 @@ package standin
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +21,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -153,6 +160,7 @@ func TestControlPlaneLikeK3s(t *testing.T) {
 	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}}, metav1.CreateOptions{}); err == nil {
 		t.Error("a node credential registered another machine's Node: NodeRestriction is not on")
 	}
+	servingCertificates(t, nodeClient, kube, id.CAs["server-ca"].CertPEM())
 	waitFor(t, 2*time.Minute, "the controller manager to give agent-1 a pod CIDR", func() (bool, error) {
 		n, err := kube.CoreV1().Nodes().Get(ctx, "agent-1", metav1.GetOptions{})
 		return err == nil && n.Spec.PodCIDR != "", err
@@ -392,4 +400,72 @@ kube-controller-manager-arg: ["node-monitor-grace-period=20s"]
 	if err := Run(t.Context(), cfg2, func(k string) string { return env[k] }, &testLog{t}); err == nil || !strings.Contains(err.Error(), "token CA hash does not match") {
 		t.Errorf("an agent with another cluster's token: %v", err)
 	}
+}
+
+// servingCertificates: a node's request for its own serving certificate (as a kubelet with
+// serverTLSBootstrap makes it, naming its host name and the address its Node reports) is
+// approved by the stand-in's server and signed with the server CA, for server auth; one
+// naming another host is denied.
+func servingCertificates(t *testing.T, node, admin kubernetes.Interface, serverCA []byte) {
+	t.Helper()
+	ctx := t.Context()
+	n, err := node.CoreV1().Nodes().Get(ctx, "agent-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.76.20"}, {Type: corev1.NodeHostName, Address: "agent-1"}}
+	if _, err := node.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	request := func(name string, dns []string) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+			Subject: pkix.Name{CommonName: "system:node:agent-1", Organization: []string{"system:nodes"}}, DNSNames: dns,
+			IPAddresses: []net.IP{net.ParseIP("192.168.76.20")}}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: certificatesv1.KubeletServingSignerName,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}}}
+		if _, err := node.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a node asking for its serving certificate: %v", err)
+		}
+	}
+	request("serving-agent-1", []string{"agent-1"})
+	request("serving-elsewhere", []string{"agent-1", "api.example"})
+	var signed []byte
+	waitFor(t, time.Minute, "node agent-1's serving certificate to be approved and signed", func() (bool, error) {
+		c, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "serving-agent-1", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		signed = c.Status.Certificate
+		return len(signed) > 0, nil
+	})
+	block, _ := pem.Decode(signed)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(serverCA)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "agent-1", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the signed serving certificate, checked as the API server checks a kubelet's: %v", err)
+	}
+	waitFor(t, time.Minute, "the request naming another host to be denied", func() (bool, error) {
+		c, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "serving-elsewhere", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == certificatesv1.CertificateApproved {
+				return false, fmt.Errorf("approved a request naming api.example")
+			}
+			if cond.Type == certificatesv1.CertificateDenied {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

@@ -39,9 +39,9 @@ type Node struct {
 	// build machine's container), never on a liken machine.
 	RestrictOOMScoreAdj bool
 	// ServingCert says agent/serving-kubelet.crt and .key exist (k3s's server signs them with
-	// its server CA). Without them the kubelet serves with a certificate it signs itself, as
-	// upstream's kubelet does, which an API server that checks kubelets' certificates
-	// refuses (kubectl logs and exec).
+	// its server CA). Without them the kubelet asks the cluster for its serving certificate
+	// (serverTLSBootstrap), which the stand-in's server approves and the controller manager
+	// signs with the same CA.
 	ServingCert bool
 	// Registries is the registries file k3s reads (private-registry), rendered for containerd
 	// as certs.d/HOST/hosts.toml (RegistryHosts).
@@ -161,6 +161,10 @@ func (n *Node) KubeletConfig() ([]byte, error) {
 	}
 	if n.ServingCert {
 		c["tlsCertFile"], c["tlsPrivateKeyFile"] = n.agent("serving-kubelet.crt"), n.agent("serving-kubelet.key")
+	} else {
+		// The stand-in's server has no supervisor to sign one: the kubelet asks the cluster
+		// for it (kubernetes.io/kubelet-serving), which the server approves (csr.go).
+		c["serverTLSBootstrap"] = true
 	}
 	if len(n.Taints) > 0 {
 		var taints []map[string]string

@@ -102,7 +102,7 @@ func TestKubeletConfig(t *testing.T) {
 			if c.CgroupDriver != "cgroupfs" || c.ContainerRuntimeEndpoint != "unix:///run/k3s/containerd/containerd.sock" ||
 				!slices.Equal(c.ClusterDNS, []string{"10.43.0.10"}) || c.ClusterDomain != "cluster.local" ||
 				c.HealthzBindAddress != tt.healthz || c.StaticPodPath != "/var/lib/rancher/k3s/agent/pod-manifests" ||
-				c.TLSCertFile != tt.servingCert || c.Authentication.X509.ClientCAFile != "/var/lib/rancher/k3s/agent/client-ca.crt" ||
+				c.TLSCertFile != tt.servingCert || c.ServerTLSBootstrap != (tt.servingCert == "") || c.Authentication.X509.ClientCAFile != "/var/lib/rancher/k3s/agent/client-ca.crt" ||
 				*c.Authentication.Anonymous.Enabled || c.Authorization.Mode != "Webhook" || *c.FailSwapOn || *c.SerializeImagePulls ||
 				c.EvictionHard["nodefs.available"] != "5%" || len(c.RegisterWithTaints) != tt.taints {
 				t.Errorf("the kubelet's config differs from k3s's:\n%s", b)
