@@ -34,7 +34,7 @@ func TestRegistryHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"docker.io": {`server = "https://registry-1.docker.io"`, `[host."http://10.0.2.2:5000"]`, `[host."https://mirror.example"]`},
+		"docker.io":        {`server = "https://registry-1.docker.io"`, `[host."http://10.0.2.2:5000"]`, `[host."https://mirror.example"]`},
 		"registry.example": {`server = "https://registry.example"`, `[host."https://r.example:8443"]`, `skip_verify = true`, `ca = ["/etc/ca.crt"]`},
 		"_default":         {`[host."http://10.0.2.2:5000"]`},
 	}
