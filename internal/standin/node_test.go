@@ -3,12 +3,16 @@ package standin
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pelletier/go-toml/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	apirelease "liken.dev/liken/api/release"
 )
 
 // TestContainerdConfig: the config parses as TOML, is version 3, and holds k3s's socket, root,
@@ -171,5 +175,68 @@ func TestFlannelConfigs(t *testing.T) {
 	}
 	if _, err := (&Node{ClusterCIDR: "10.42.0.0"}).FlannelNetConf(); err == nil {
 		t.Error("a cluster CIDR without a prefix length was taken")
+	}
+}
+
+// TestNodeFilesLaidOutAsK3s: before it starts anything, a stand-in node writes k3s's agent
+// files (containerd's config, the kubelet's drop-in, the network list, flannel's net-conf,
+// the components' kubeconfigs from beside the node's, the client CA), renders the registries
+// file afresh (a mirror gone from it leaves no hosts.toml), and links the programs and CNI
+// plugins where k3s unpacks its own; a node without the components' credentials says what
+// it lacks.
+func TestNodeFilesLaidOutAsK3s(t *testing.T) {
+	dir := t.TempDir()
+	parts, creds := filepath.Join(dir, "parts"), filepath.Join(dir, "creds")
+	for _, f := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "runc", "cni/bridge", "cni/host-local"} {
+		os.MkdirAll(filepath.Dir(filepath.Join(parts, f)), 0o755)
+		os.WriteFile(filepath.Join(parts, f), nil, 0o755)
+	}
+	os.MkdirAll(creds, 0o700)
+	for _, f := range []string{"node.kubeconfig", apirelease.StandInKubeProxyKubeconfig, apirelease.StandInControllerKubeconfig, apirelease.StandInClientCA} {
+		os.WriteFile(filepath.Join(creds, f), []byte(f), 0o600)
+	}
+	n := &Node{DataDir: filepath.Join(dir, "k3s"), NodeName: "m1",
+		Registries: map[string]any{"mirrors": map[string]any{"docker.io": map[string]any{"endpoint": []any{"http://10.0.2.2:5000"}}}}}
+	in := NodeInput{Parts: parts, Kubeconfig: filepath.Join(creds, "node.kubeconfig"), Hash: "h1"}
+	stale := filepath.Join(n.DataDir, "agent", "etc", "containerd", "certs.d", "gone.example", "hosts.toml")
+	os.MkdirAll(filepath.Dir(stale), 0o755)
+	os.WriteFile(stale, nil, 0o644)
+	if err := n.nodeFiles(in); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"agent/kubelet.kubeconfig":       "node.kubeconfig",
+		"agent/kubeproxy.kubeconfig":     apirelease.StandInKubeProxyKubeconfig,
+		"agent/k3scontroller.kubeconfig": apirelease.StandInControllerKubeconfig,
+		"agent/client-ca.crt":            apirelease.StandInClientCA,
+	} {
+		if b, err := os.ReadFile(filepath.Join(n.DataDir, path)); string(b) != want {
+			t.Errorf("%s: %q %v, want the content of %s", path, b, err, want)
+		}
+	}
+	for _, path := range []string{"agent/etc/containerd/config.toml", "agent/etc/kubelet.conf.d/00-k3s-defaults.conf",
+		"agent/etc/cni/net.d/10-flannel.conflist", "agent/etc/flannel/net-conf.json", "agent/etc/containerd/certs.d/docker.io/hosts.toml"} {
+		if _, err := os.Stat(filepath.Join(n.DataDir, path)); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("a mirror no longer in the registries file kept its hosts.toml")
+	}
+	self, _ := os.Executable()
+	for link, want := range map[string]string{
+		"data/h1/bin/runc":    filepath.Join(parts, "runc"),
+		"data/h1/bin/bridge":  filepath.Join(parts, "cni", "bridge"),
+		"data/h1/bin/flannel": self,
+		"data/cni/host-local": filepath.Join(parts, "cni", "host-local"),
+		"data/cni/flannel":    self,
+	} {
+		if got, err := os.Readlink(filepath.Join(n.DataDir, link)); got != want {
+			t.Errorf("%s -> %q (%v), want %s", link, got, err, want)
+		}
+	}
+	os.Remove(filepath.Join(creds, apirelease.StandInKubeProxyKubeconfig))
+	if err := n.nodeFiles(in); err == nil || !strings.Contains(err.Error(), "--stand-in-node-credentials") {
+		t.Errorf("without kube-proxy's credentials: %v, want an error naming the layer option", err)
 	}
 }

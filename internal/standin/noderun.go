@@ -122,6 +122,9 @@ func (n *Node) nodeFiles(in NodeInput) error {
 			return err
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(n.DataDir, "data", "cni"), 0o755); err != nil {
+		return err
+	}
 	for _, name := range cni {
 		if err := atomicfile.Symlink(links[name], filepath.Join(n.DataDir, "data", "cni", name)); err != nil {
 			return err
