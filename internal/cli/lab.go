@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"liken.dev/liken/internal/lab"
+	"liken.dev/liken/internal/release"
 )
 
 const defaultLabDir = "out/lab"
@@ -77,7 +78,12 @@ Try:
   kubectl edit machine %s                     (a sysctl applies live; a network change waits for approval)
   liken lab status --dir %s
   liken lab down --dir %s
-`, st.Kubeconfig, st.Machines[len(st.Machines)-1].Name, o.Dir, o.Dir)
+
+The machines run liken's k3s stand-in, not k3s: real containerd, runc, kubelet, kube-proxy
+and flannel (vxlan) laid out as k3s's, and the pause image (%s);
+not yet CoreDNS, traefik, servicelb, local-path, metrics-server, network policy or the
+embedded registry (docs/k3s.md, "The stand-in's node").
+`, st.Kubeconfig, st.Machines[len(st.Machines)-1].Name, o.Dir, o.Dir, release.PauseImageRef)
 			return nil
 		},
 	}
