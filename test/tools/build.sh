@@ -3,7 +3,7 @@
 # module proxy into test/tools/bin, unless they are already there for the same go.mod/go.sum:
 # etcd; kube-parts (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy, containerd and ctr in one program, as k3s links them into one) with a link for
-# each; containerd's runc shim; kubectl; runc; the CNI plugins. Safe to run concurrently (flock).
+# each; containerd's runc shim; kubectl; runc; the CNI plugins; CoreDNS. Safe to run concurrently (flock).
 # Static builds (CGO_ENABLED=0, runc a static cgo build) so the same binaries also run inside
 # liken's VMs, stripped (-s -w) to keep slots small.
 set -euo pipefail
@@ -58,6 +58,8 @@ plugins=github.com/containernetworking/plugins/plugins
 out="$bin/cni" build "$here/cni" $plugins/main/bridge $plugins/ipam/host-local $plugins/main/loopback \
 	$plugins/meta/portmap $plugins/meta/bandwidth
 cgo=1 tags=seccomp build "$here/runc" github.com/opencontainers/runc
+# CoreDNS with the plugins k3s's Corefile uses, for the stand-in's cluster DNS.
+build "$here/coredns" liken.dev/liken/test/tools/coredns/coredns
 # kube-parts is several programs in one, chosen by the name it runs as.
 for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr; do
 	ln -sfn kube-parts "$bin/$c"
