@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -291,17 +292,16 @@ type registriesFile struct {
 // (pkg/agent/containerd/config.go, pkg/agent/templates HostsTomlTemplate): the mirror's
 // endpoints in order, each pulling and resolving, with the TLS settings configs gives its
 // host, and the registry itself last (server), unless it is "*" (every registry: _default).
-// Not rendered: registry credentials (configs' auth) and rewrites, which k3s's containerd
-// fork has and upstream's has not; a rewrite is refused.
-func RegistryHosts(reg map[string]any) (map[string][]byte, error) {
+// Not rendered: registry credentials (configs' auth), and rewrites, which k3s's containerd
+// fork has and upstream's has not: ignored names the mirrors whose rewrites were left out.
+func RegistryHosts(reg map[string]any) (files map[string][]byte, ignored []string, err error) {
 	b, err := json.Marshal(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var r registriesFile
-	d := json.NewDecoder(strings.NewReader(string(b)))
-	if err := d.Decode(&r); err != nil {
-		return nil, fmt.Errorf("reading the registries file: %w", err)
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, nil, fmt.Errorf("reading the registries file: %w", err)
 	}
 	tls := func(w *strings.Builder, endpoint string) error {
 		u, err := url.Parse(endpoint)
@@ -337,18 +337,19 @@ func RegistryHosts(reg map[string]any) (map[string][]byte, error) {
 			fmt.Fprintf(&w, "server = %q\ncapabilities = [\"pull\", \"resolve\", \"push\"]\n", "https://"+host)
 		}
 		if len(m.Rewrite) > 0 {
-			return nil, fmt.Errorf("mirror %s: rewrite needs k3s's own containerd; the stand-in runs upstream's, which has no rewrites", host)
+			ignored = append(ignored, host)
 		}
 		for _, e := range m.Endpoint {
 			fmt.Fprintf(&w, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", strings.TrimSuffix(e, "/"))
 			if err := tls(&w, e); err != nil {
-				return nil, fmt.Errorf("mirror %s: %w", host, err)
+				return nil, nil, fmt.Errorf("mirror %s: %w", host, err)
 			}
 		}
 		if strings.ContainsAny(dir, "/\\") || dir == "." || dir == ".." {
-			return nil, fmt.Errorf("mirror %q: not a registry host", host)
+			return nil, nil, fmt.Errorf("mirror %q: not a registry host", host)
 		}
 		out[dir] = []byte(w.String())
 	}
-	return out, nil
+	sort.Strings(ignored)
+	return out, ignored, nil
 }

@@ -69,9 +69,12 @@ func (n *Node) nodeFiles(in NodeInput) error {
 		}
 		files[dst] = b
 	}
-	hosts, err := RegistryHosts(n.Registries)
+	hosts, ignored, err := RegistryHosts(n.Registries)
 	if err != nil {
 		return err
+	}
+	for _, m := range ignored {
+		fmt.Fprintf(in.Log, "k3s-standin: mirror %s: its rewrites are left out: they need k3s's own containerd, and the stand-in runs upstream's\n", m)
 	}
 	// As k3s: the registries file is rendered whole at every start, nothing kept from before.
 	certs := n.agent("etc", "containerd", "certs.d")

@@ -20,11 +20,11 @@ import (
 // TestRegistryHosts: each mirror of a registries file becomes one hosts.toml, its endpoints
 // in order with their hosts' TLS settings, the registry itself as the server (docker.io's
 // is registry-1.docker.io), "*" the _default directory; rewrites, which upstream containerd
-// lacks, and endpoints that are not URLs are refused.
+// lacks, are left out and named; endpoints that are not URLs are refused.
 func TestRegistryHosts(t *testing.T) {
-	hosts, err := RegistryHosts(map[string]any{
+	hosts, ignored, err := RegistryHosts(map[string]any{
 		"mirrors": map[string]any{
-			"docker.io":        map[string]any{"endpoint": []any{"http://10.0.2.2:5000/", "https://mirror.example"}},
+			"docker.io":        map[string]any{"endpoint": []any{"http://10.0.2.2:5000/", "https://mirror.example"}, "rewrite": map[string]any{"^(.*)$": "lib/$1"}},
 			"registry.example": map[string]any{"endpoint": []any{"https://r.example:8443"}},
 			"*":                map[string]any{"endpoint": []any{"http://10.0.2.2:5000"}},
 		},
@@ -51,15 +51,17 @@ func TestRegistryHosts(t *testing.T) {
 			last = i
 		}
 	}
+	if len(ignored) != 1 || ignored[0] != "docker.io" {
+		t.Errorf("mirrors whose rewrites were left out: %v, want [docker.io]", ignored)
+	}
 	if strings.Contains(string(hosts["_default"]), "server =") {
 		t.Errorf("_default names a server:\n%s", hosts["_default"])
 	}
 	for _, bad := range []map[string]any{
 		{"mirrors": map[string]any{"docker.io": map[string]any{"endpoint": []any{"10.0.2.2:5000"}}}},
-		{"mirrors": map[string]any{"docker.io": map[string]any{"endpoint": []any{"http://m"}, "rewrite": map[string]any{"^(.*)$": "lib/$1"}}}},
 		{"mirrors": map[string]any{"../x": map[string]any{"endpoint": []any{"http://m"}}}},
 	} {
-		if _, err := RegistryHosts(bad); err == nil {
+		if _, _, err := RegistryHosts(bad); err == nil {
 			t.Errorf("RegistryHosts(%v) accepted", bad)
 		}
 	}
@@ -98,7 +100,7 @@ func TestContainerdPullsThroughAMirror(t *testing.T) {
 		t.Fatalf("pushing to the mirror: %v", err)
 	}
 
-	hosts, err := RegistryHosts(map[string]any{"mirrors": map[string]any{"registry.liken.test": map[string]any{"endpoint": []any{mirror}}}})
+	hosts, _, err := RegistryHosts(map[string]any{"mirrors": map[string]any{"registry.liken.test": map[string]any{"endpoint": []any{mirror}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

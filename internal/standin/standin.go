@@ -468,7 +468,7 @@ func (c *Config) node() (*Node, error) {
 	if _, err := n.KubeletConfig(); err != nil {
 		return nil, err
 	}
-	if _, err := RegistryHosts(n.Registries); err != nil {
+	if _, _, err := RegistryHosts(n.Registries); err != nil {
 		return nil, err
 	}
 	return n, nil
