@@ -33,10 +33,12 @@ import (
 // cluster that stands up by itself (no API server on the host): up brings a server and an
 // agent to Ready from their layers alone and says how to reach them; bootstrap made the
 // Cluster and the Machines, which report their hardware and slot; kubectl through the
-// layer's admin kubeconfig shows both Nodes and Machines; a sysctl edit applies live; a
+// layer's admin kubeconfig shows both Nodes and Machines; a Deployment's pods run on both
+// machines' real kubelets and containerd, on flannel's subnets; a sysctl edit applies live; a
 // second up in the same directory, and one on a port in use, are refused with a clear
 // message and start nothing; publish, upgrade and approve-reboot take the fleet to a second
-// release (the server's reboot taking the API down); add brings a third machine in as
+// release (the server's reboot taking the API down), each machine draining its real pod with
+// the workload's budget holding throughout; add brings a third machine in as
 // install.md adds one (the server boots a newer layer and makes only the new Machine, an
 // operator's edits standing); down leaves no process and no file.
 func TestLabUpAndDown(t *testing.T) {
@@ -120,7 +122,19 @@ func TestLabUpAndDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Real workloads: a Deployment of one pod per machine, with a budget of one, runs on both
+	// machines' own kubelets and containerd, each pod on its node's flannel subnet.
+	labNodes := []string{"lab-server-1", "lab-agent-1"}
+	web := &workload{client: admin, name: "web", replicas: 2, minAvailable: 1}
+	podsStart := time.Now()
+	web.deploy(t)
+	webBefore := web.waitOnNodes(t, labNodes, 4*time.Minute)
+	podsTook := time.Since(podsStart)
+	t.Logf("web's pods run on both machines %s after the Deployment was made: %s", podsTook.Round(time.Second), podsOn(webBefore))
 	const v1, v2 = "2026.12.01-001", "2026.12.01-002"
+	restartStart := time.Now()
+	k3sRestartKeepsPods(t, lc, admin, web, webBefore)
+	restartTook := time.Since(restartStart)
 	// The cluster stood up by itself from its layers: bootstrap made the Cluster and the
 	// Machines, which report their hardware and slot.
 	for _, n := range []string{"lab-server-1", "lab-agent-1"} {
@@ -251,6 +265,7 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Fatalf("liken lab publish: %v\n%s", err, out)
 	}
 	upgradeStart := time.Now()
+	stopWatching := web.availability(t)
 	if out, err := liken("upgrade", v2, "--kubeconfig", kc); err != nil {
 		t.Fatalf("liken upgrade %s: %v\n%s", v2, err, out)
 	}
@@ -283,6 +298,22 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	fleetOn(v2, v1alpha1.SlotB, 2, 20*time.Minute)
 	upgradeTook := time.Since(upgradeStart)
+	// Each machine drained its real pod before its reboot, and the budget held throughout
+	// (the watch's view; while the server reboots the API is down and nothing can change).
+	fewest, fewestAt, changes := stopWatching()
+	if fewest < web.minAvailable {
+		t.Errorf("during the fleet upgrade only %d of web's pods were ready (at %s): its budget of %d did not hold", fewest, fewestAt.Format(time.TimeOnly), web.minAvailable)
+	}
+	if changes == 0 {
+		t.Errorf("the watch saw no change to web's pods during the fleet upgrade: no drain moved them")
+	}
+	webAfter := web.waitOnNodes(t, labNodes, 4*time.Minute)
+	for n, p := range webAfter {
+		if p.UID == webBefore[n].UID {
+			t.Errorf("web's pod %s on %s outlived its machine's drain and reboot", p.Name, n)
+		}
+	}
+	t.Logf("after the fleet upgrade (fewest ready at once: %d of %d): %s", fewest, web.replicas, podsOn(webAfter))
 	// A rollback is this same fleet path with a slot that still holds the release, so
 	// nothing to download: TestUpgradeCommitAndRollback rolls back with `liken rollback` and
 	// checks no download.
@@ -426,8 +457,8 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
-	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; a live sysctl edit applied in %s; fleet upgrade with approvals %s; the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline 480 s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
-		took.Round(time.Second), liveTook.Round(time.Second), upgradeTook.Round(time.Second), netTook.Round(time.Second), added.Round(time.Second))
+	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; a Deployment's pods running on both machines %s after it was made; a registries edit restarting k3s in place on both, the same containers running after, in %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline 480 s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+		took.Round(time.Second), podsTook.Round(time.Second), restartTook.Round(time.Second), liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, netTook.Round(time.Second), added.Round(time.Second))
 }
 
 // noLeftovers fails the test if a process the lab in dir started still runs, and stops it:

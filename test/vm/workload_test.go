@@ -1,0 +1,295 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/kube"
+)
+
+// pauseImage is the image a stand-in release carries and its nodes import at start (k3s's
+// pause image name): workloads that need no program of their own run it, with no registry.
+const pauseImage = "docker.io/rancher/mirrored-pause:3.6"
+
+// workload is a Deployment of one pod per machine (required anti-affinity by hostname) with
+// a PodDisruptionBudget that keeps minAvailable of them, as an operator protects a service.
+type workload struct {
+	client       kubernetes.Interface
+	name         string
+	replicas     int32
+	minAvailable int
+}
+
+// deploy creates the Deployment and its budget.
+func (w *workload) deploy(t *testing.T) {
+	t.Helper()
+	labels := map[string]string{"app": w.name}
+	never := int64(5)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &w.replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: &never,
+					Containers:                    []corev1.Container{{Name: "pause", Image: pauseImage, ImagePullPolicy: corev1.PullNever}},
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}},
+					}},
+				},
+			},
+		},
+	}
+	min := intstr.FromInt32(int32(w.minAvailable))
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &min, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	eventually(t, "creating Deployment "+w.name, func(ctx context.Context) error {
+		_, err := w.client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	eventually(t, "creating PodDisruptionBudget "+w.name, func(ctx context.Context) error {
+		_, err := w.client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// runningPods are the workload's pods whose containers run and are ready, by node.
+func (w *workload) runningPods(ctx context.Context) (map[string]corev1.Pod, error) {
+	pods, err := w.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Pod{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && ready(&p) {
+			out[p.Spec.NodeName] = p
+		}
+	}
+	return out, nil
+}
+
+func ready(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitOnNodes waits until a pod of the workload runs on each node, its container really
+// started (a container ID and start time from containerd) and its address in that node's pod
+// CIDR (flannel's subnet), and returns the pods by node. bound comes from the ledger: pods
+// started within 2 minutes of their machines being Ready in the lab under TCG.
+func (w *workload) waitOnNodes(t *testing.T, nodes []string, bound time.Duration) map[string]corev1.Pod {
+	t.Helper()
+	var pods map[string]corev1.Pod
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, bound, true, func(ctx context.Context) (bool, error) {
+		pods, last = w.runningPods(ctx)
+		if last != nil {
+			return false, nil
+		}
+		for _, n := range nodes {
+			p, ok := pods[n]
+			if !ok {
+				last = fmt.Errorf("no pod running on %s", n)
+				return false, nil
+			}
+			node, err := w.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				last = err
+				return false, nil
+			}
+			_, cidr, err := net.ParseCIDR(node.Spec.PodCIDR)
+			if err != nil || !cidr.Contains(net.ParseIP(p.Status.PodIP)) {
+				return false, fmt.Errorf("pod %s on %s has address %q, outside its node's pod CIDR %q", p.Name, n, p.Status.PodIP, node.Spec.PodCIDR)
+			}
+			if len(p.Status.ContainerStatuses) != 1 || !strings.HasPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://") ||
+				p.Status.ContainerStatuses[0].State.Running == nil {
+				return false, fmt.Errorf("pod %s on %s: container %+v, want one running under containerd", p.Name, n, p.Status.ContainerStatuses)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%s's pods on %v: %v (last: %v)", w.name, nodes, err, last)
+	}
+	return pods
+}
+
+// availability watches the workload's ready pods until stop is called, and returns then the
+// fewest it saw ready at once (with when), so a test proves its budget held throughout.
+// While the API is down (a server rebooting) nothing changes in it, so nothing is missed.
+func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.Time, seen int)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	readyPods := map[string]bool{}
+	fewest, seen := int(w.replicas), 0
+	var at time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rv := ""
+		for ctx.Err() == nil {
+			if rv == "" {
+				pods, err := w.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
+				if err != nil {
+					time.Sleep(2 * time.Second)
+					continue
+				}
+				mu.Lock()
+				readyPods = map[string]bool{}
+				for _, p := range pods.Items {
+					readyPods[p.Name] = p.DeletionTimestamp == nil && ready(&p)
+				}
+				mu.Unlock()
+				rv = pods.ResourceVersion
+			}
+			watch, err := w.client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name, ResourceVersion: rv})
+			if err != nil {
+				rv = ""
+				time.Sleep(2 * time.Second)
+				continue
+			}
+			for ev := range watch.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					rv = "" // an error event (resource version too old): list again
+					break
+				}
+				rv = p.ResourceVersion
+				mu.Lock()
+				if ev.Type == "DELETED" {
+					delete(readyPods, p.Name)
+				} else {
+					readyPods[p.Name] = p.DeletionTimestamp == nil && ready(p)
+				}
+				n := 0
+				for _, r := range readyPods {
+					if r {
+						n++
+					}
+				}
+				seen++
+				if n < fewest {
+					fewest, at = n, time.Now()
+				}
+				mu.Unlock()
+			}
+			watch.Stop()
+		}
+	}()
+	return func() (int, time.Time, int) {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return fewest, at, seen
+	}
+}
+
+// podsOn names the pods by node, for messages.
+func podsOn(pods map[string]corev1.Pod) string {
+	var out []string
+	for n, p := range pods {
+		out = append(out, fmt.Sprintf("%s on %s (%s, %s)", p.Name, n, p.Status.PodIP, p.Status.ContainerStatuses[0].ContainerID))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+// k3sRestartKeepsPods edits the Cluster's registries (a mirror), which restarts k3s in place
+// on every machine (the change's class), and checks that the workload's containers kept
+// running through it, as with k3s: each machine's agent records RestartedK3s, and then the
+// same pods run the same containers (IDs and start times), none restarted.
+func k3sRestartKeepsPods(t *testing.T, lc *kube.Client, admin kubernetes.Interface, w *workload, before map[string]corev1.Pod) {
+	t.Helper()
+	// Counted, not dated: the machines' clocks are not the host's.
+	restarts := func(ctx context.Context) (map[string]int32, error) {
+		events, err := admin.CoreV1().Events(authority.EventNamespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=RestartedK3s"})
+		if err != nil {
+			return nil, err
+		}
+		n := map[string]int32{}
+		for _, e := range events.Items {
+			n[e.InvolvedObject.Name] += max(e.Count, 1)
+		}
+		return n, nil
+	}
+	var was map[string]int32
+	eventually(t, "counting k3s's restarts so far", func(ctx context.Context) (err error) { was, err = restarts(ctx); return err })
+	eventually(t, "adding a registry mirror to the Cluster", func(ctx context.Context) error {
+		c, err := lc.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		c.Spec.Registries = &v1alpha1.Registries{Mirrors: []v1alpha1.RegistryMirror{{Registry: "registry.liken.test", Endpoints: []string{"http://10.0.2.2:5000"}}}}
+		_, err = lc.UpdateCluster(ctx, c)
+		return err
+	})
+	// Bound: a server's k3s restart brings its control plane back, about a minute under TCG.
+	var now map[string]int32
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := restarts(ctx)
+		if err != nil {
+			return false, nil // the server's API is down while its k3s restarts
+		}
+		now = got
+		for n := range before {
+			if now[n] <= was[n] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the registries edit did not restart k3s on every machine within 6 minutes (RestartedK3s Events before %v, after %v)", was, now)
+	}
+	nodes := make([]string, 0, len(before))
+	for n := range before {
+		nodes = append(nodes, n)
+	}
+	after := w.waitOnNodes(t, nodes, 4*time.Minute)
+	for n, p := range after {
+		b := before[n]
+		was, now := b.Status.ContainerStatuses[0], p.Status.ContainerStatuses[0]
+		if p.UID != b.UID || now.ContainerID != was.ContainerID || !now.State.Running.StartedAt.Equal(&was.State.Running.StartedAt) || now.RestartCount != 0 {
+			t.Errorf("on %s, k3s's restart in place did not keep the container running: before %s %s started %s, after %s %s started %s (restarts %d)",
+				n, b.Name, was.ContainerID, was.State.Running.StartedAt, p.Name, now.ContainerID, now.State.Running.StartedAt, now.RestartCount)
+		}
+	}
+	t.Logf("k3s restarted in place on %v; the same containers run: %s", nodes, podsOn(after))
+}
