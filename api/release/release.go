@@ -248,6 +248,11 @@ const StandInXtablesDir = "/usr/lib/liken/stand-in/xtables"
 // which a stand-in node imports at start beside agent/images, as k3s imports air-gap images.
 const StandInImagesDir = "/usr/lib/liken/stand-in/images"
 
+// StandInCoreDNSImage is the cluster DNS image a stand-in release carries (coredns.tar in
+// StandInImagesDir): upstream CoreDNS with the plugins k3s's Corefile uses, under a name of
+// its own (k3s's is rancher/mirrored-coredns-coredns, with every plugin).
+const StandInCoreDNSImage = "docker.io/liken/stand-in-coredns:1.15.0"
+
 // The files a stand-in node with real components reads beside its node kubeconfig, which
 // init writes from the layer (k3s's agent gets the same from its server's supervisor).
 const (

@@ -103,5 +103,23 @@ func putStandIn(source, pause string, epoch time.Time, put func(rel, src string,
 		Files: []image.File{{Path: "/pause", Mode: 0o755, Data: prog}}, Epoch: epoch}); err != nil {
 		return fmt.Errorf("the pause image: %w", err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// CoreDNS runs as root in it, binding port 53 with the NET_BIND_SERVICE capability k3s's
+	// manifest adds (upstream's image sets a file capability for a non-root user instead).
+	coredns, err := os.ReadFile(filepath.Join(tools, "coredns"))
+	if err != nil {
+		return fmt.Errorf("the CoreDNS image: %w", err)
+	}
+	g, err := os.Create(filepath.Join(images, "coredns.tar"))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if _, err := image.WriteArchive(g, image.Spec{Ref: apirelease.StandInCoreDNSImage, Entrypoint: []string{"/coredns"},
+		Files: []image.File{{Path: "/coredns", Mode: 0o755, Data: coredns}}, Epoch: epoch}); err != nil {
+		return fmt.Errorf("the CoreDNS image: %w", err)
+	}
+	return g.Close()
 }

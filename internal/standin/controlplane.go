@@ -61,6 +61,11 @@ type ControlPlane struct {
 	KubeconfigOut string
 	ServiceCIDR   string // default 10.43.0.0/16
 	ClusterCIDR   string // default 10.42.0.0/16
+	ClusterDNS    string // default 10.43.0.10
+	ClusterDomain string // default cluster.local
+	// CoreDNSImage, when set, is the cluster DNS image the nodes have (the release's): the
+	// server deploys CoreDNS as k3s does (coredns.go). Empty, no cluster DNS.
+	CoreDNSImage string
 	// Token and AgentToken are written to server/token and server/agent-token, as k3s writes
 	// the tokens it was given (server/node-token is a link to server/token).
 	Token, AgentToken string
@@ -103,6 +108,12 @@ func (cp *ControlPlane) defaults() {
 	}
 	if cp.ClusterCIDR == "" {
 		cp.ClusterCIDR = "10.42.0.0/16"
+	}
+	if cp.ClusterDNS == "" {
+		cp.ClusterDNS = "10.43.0.10"
+	}
+	if cp.ClusterDomain == "" {
+		cp.ClusterDomain = "cluster.local"
 	}
 	if cp.AdvertiseIP == "" {
 		cp.AdvertiseIP = firstHostIP()
@@ -223,6 +234,16 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 	}
 	if err := atomicfile.Write(cp.server("manifests", "rolebindings.yaml"), []byte(rolebindings), 0o600); err != nil {
 		return err
+	}
+	if cp.CoreDNSImage != "" {
+		m, err := coreDNSManifest(cp.ClusterDNS, cp.ClusterDomain, cp.CoreDNSImage)
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.Write(cp.server("manifests", "coredns.yaml"), m, 0o600); err != nil {
+			return err
+		}
+		go nodeHostsLoop(ctx, client, cp.Log, 5*time.Second)
 	}
 	if d, err := newDeployer(admin, cp.server("manifests"), cp.Log); err != nil {
 		return fmt.Errorf("starting the manifests deployer: %w", err)

@@ -104,6 +104,7 @@ func TestControlPlaneLikeK3s(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := newControlPlane(t, id, idDir)
+	cp.CoreDNSImage = "docker.io/liken/stand-in-coredns:1.15.0"
 	t0 := time.Now()
 	admin, cancel, done := started(t, cp)
 	t.Logf("control plane ready in %s", time.Since(t0).Round(time.Millisecond))
@@ -161,6 +162,15 @@ func TestControlPlaneLikeK3s(t *testing.T) {
 		t.Error("a node credential registered another machine's Node: NodeRestriction is not on")
 	}
 	servingCertificates(t, nodeClient, kube, id.CAs["server-ca"].CertPEM())
+	// Cluster DNS as k3s deploys it: coredns.yaml applied, and the coredns ConfigMap's
+	// NodeHosts listing the Node's address.
+	waitFor(t, time.Minute, "CoreDNS's NodeHosts to list agent-1", func() (bool, error) {
+		cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		return err == nil && strings.Contains(cm.Data["NodeHosts"], "192.168.76.20 agent-1\n"), nil
+	})
+	if _, err := kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{}); err != nil {
+		t.Errorf("the kube-dns Service: %v", err)
+	}
 	waitFor(t, 2*time.Minute, "the controller manager to give agent-1 a pod CIDR", func() (bool, error) {
 		n, err := kube.CoreV1().Nodes().Get(ctx, "agent-1", metav1.GetOptions{})
 		return err == nil && n.Spec.PodCIDR != "", err

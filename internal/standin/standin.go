@@ -55,6 +55,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -679,7 +680,13 @@ func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) 
 	}
 	cp := &ControlPlane{DataDir: str("data-dir"), Bin: bin, NodeName: c.NodeName(), AdvertiseIP: str("advertise-address"),
 		SANs: c.list("tls-san"), BindAddress: str("bind-address"), KubeconfigOut: str("write-kubeconfig"),
-		ServiceCIDR: str("service-cidr"), ClusterCIDR: str("cluster-cidr"), Log: log, Args: map[string][]string{}}
+		ServiceCIDR: str("service-cidr"), ClusterCIDR: str("cluster-cidr"), ClusterDNS: str("cluster-dns"), ClusterDomain: str("cluster-domain"),
+		Log: log, Args: map[string][]string{}}
+	// The release's CoreDNS image (an air-gap archive the nodes import), unless disabled as
+	// k3s's --disable coredns does.
+	if _, err := os.Stat(filepath.Join(apirelease.StandInImagesDir, "coredns.tar")); err == nil && !slices.Contains(c.list("disable"), "coredns") {
+		cp.CoreDNSImage = apirelease.StandInCoreDNSImage
+	}
 	if cp.DataDir == "" {
 		cp.DataDir = "/var/lib/rancher/k3s"
 	}
