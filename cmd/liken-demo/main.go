@@ -1,0 +1,75 @@
+// Command liken-demo is the lab's demo workload (issue 26): an HTTP server that says which
+// pod and node answered, and, for tests, looks a name up and fetches a URL from inside the
+// cluster (its DNS, its Services, the pod network). It takes its pod's and node's names from
+// the downward API (POD_NAME, NODE_NAME).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	addr := ":8080"
+	if len(os.Args) > 1 {
+		addr = os.Args[1]
+	}
+	srv := &http.Server{Addr: addr, Handler: handler(os.Getenv), ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+	}()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		fmt.Fprintln(os.Stderr, "liken-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func handler(getenv func(string) string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "liken-demo: pod %s on node %s\n", getenv("POD_NAME"), getenv("NODE_NAME"))
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	// /lookup?name=NAME: the addresses the pod's resolver gives (cluster DNS).
+	mux.HandleFunc("GET /lookup", func(w http.ResponseWriter, r *http.Request) {
+		addrs, err := net.DefaultResolver.LookupHost(r.Context(), r.URL.Query().Get("name"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		for _, a := range addrs {
+			fmt.Fprintln(w, a)
+		}
+	})
+	// /get?url=URL: what another pod or Service answers, fetched from this pod.
+	mux.HandleFunc("GET /get", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.URL.Query().Get("url"), nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+	})
+	return mux
+}
