@@ -1,14 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/util/retry"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
@@ -87,10 +88,11 @@ before.`
 		if err != nil {
 			return err
 		}
-		// Agents and the coordinator write the objects' status often during a rollout: a
-		// write refused for that is made again from a fresh read, checks and all.
+		// Agents and the coordinator write the objects' status often during a rollout, and
+		// a busy API server may time out: a write refused or lost for that is made again
+		// from a fresh read, checks and all.
 		var changes []versionChange
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err = kube.Retry(cmd.Context(), time.Minute, func(context.Context) error {
 			var err error
 			changes, err = setVersion(cmd, lc, up, version, pin, allowTest, machines)
 			return err

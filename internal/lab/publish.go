@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/util/retry"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
@@ -58,7 +57,9 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 	if err != nil {
 		return "", err
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// The server's API may be slow to answer while the machines catch up on a build that
+	// kept the host's cores busy: the pin is written again from a fresh read.
+	err = kube.Retry(ctx, 2*time.Minute, func(ctx context.Context) error {
 		c, err := lc.Cluster(ctx)
 		if err != nil {
 			return err

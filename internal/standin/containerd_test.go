@@ -159,6 +159,9 @@ func TestContainerdRunsAPod(t *testing.T) {
 	if err != nil || cs.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("the container: %v (%v)", cs, err)
 	}
+	// Stopped once liken-pause says it stops cleanly, as a kubelet stops a pod long after it
+	// started: until the Go runtime has run its main, SIGTERM ends it with code 143.
+	waitLog(t, filepath.Join(dir, "logs", "c1.log"), "liken-pause: holding the pod's namespaces")
 	if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: created.ContainerId, Timeout: 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -284,5 +287,21 @@ func TestPodOnFlannelsNetwork(t *testing.T) {
 	}
 	if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: run.PodSandboxId}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitLog waits until a container's log holds want.
+func waitLog(t *testing.T, path, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not say %q after 30 s (%v):\n%s", path, want, err, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -451,15 +451,9 @@ func (c *Config) runNode(ctx context.Context, parts, kubeconfig string, neverRea
 
 // node is the Node a config file describes, with k3s's keys.
 func (c *Config) node() (*Node, error) {
-	str := func(k string) string {
-		if v, ok := c.Values[k]; ok && v != nil {
-			return fmt.Sprint(v)
-		}
-		return ""
-	}
-	n := &Node{DataDir: c.dataDir(), NodeName: c.NodeName(), NodeIP: str("node-ip"), ClusterCIDR: str("cluster-cidr"),
-		ClusterDNS: str("cluster-dns"), ClusterDomain: str("cluster-domain"), PauseImage: str("pause-image"),
-		Labels: c.list("node-label"), Taints: c.list("node-taint"), ResolvConf: str("resolv-conf"),
+	n := &Node{DataDir: c.dataDir(), NodeName: c.NodeName(), NodeIP: c.str("node-ip"), ClusterCIDR: c.str("cluster-cidr"),
+		ClusterDNS: c.str("cluster-dns"), ClusterDomain: c.str("cluster-domain"), PauseImage: c.str("pause-image"),
+		Labels: c.list("node-label"), Taints: c.list("node-taint"), ResolvConf: c.str("resolv-conf"),
 		Registries: c.Registries, ImageDirs: []string{apirelease.StandInImagesDir}, Args: map[string][]string{}}
 	for _, comp := range []string{"kubelet", "kube-proxy"} {
 		for _, a := range c.list(comp + "-arg") {
@@ -672,15 +666,9 @@ func tendPods(ctx context.Context, client kubernetes.Interface, name string, log
 
 // controlPlane is the control plane a server's config file describes, with k3s's keys.
 func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) {
-	str := func(k string) string {
-		if v, ok := c.Values[k]; ok && v != nil {
-			return fmt.Sprint(v)
-		}
-		return ""
-	}
-	cp := &ControlPlane{DataDir: str("data-dir"), Bin: bin, NodeName: c.NodeName(), AdvertiseIP: str("advertise-address"),
-		SANs: c.list("tls-san"), BindAddress: str("bind-address"), KubeconfigOut: str("write-kubeconfig"),
-		ServiceCIDR: str("service-cidr"), ClusterCIDR: str("cluster-cidr"), ClusterDNS: str("cluster-dns"), ClusterDomain: str("cluster-domain"),
+	cp := &ControlPlane{DataDir: c.str("data-dir"), Bin: bin, NodeName: c.NodeName(), AdvertiseIP: c.str("advertise-address"),
+		SANs: c.list("tls-san"), BindAddress: c.str("bind-address"), KubeconfigOut: c.str("write-kubeconfig"),
+		ServiceCIDR: c.str("service-cidr"), ClusterCIDR: c.str("cluster-cidr"), ClusterDNS: c.str("cluster-dns"), ClusterDomain: c.str("cluster-domain"),
 		Log: log, Args: map[string][]string{}}
 	// The release's CoreDNS image (an air-gap archive the nodes import), unless disabled as
 	// k3s's --disable coredns does.
@@ -691,9 +679,9 @@ func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) 
 		cp.DataDir = "/var/lib/rancher/k3s"
 	}
 	if cp.AdvertiseIP == "" {
-		cp.AdvertiseIP = str("node-ip") // as k3s defaults it
+		cp.AdvertiseIP = c.str("node-ip") // as k3s defaults it
 	}
-	if p := str("https-listen-port"); p != "" {
+	if p := c.str("https-listen-port"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 || n > 65535 {
 			return nil, fmt.Errorf("https-listen-port %q is not a port", p)
@@ -713,6 +701,14 @@ func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) 
 		}
 	}
 	return cp, nil
+}
+
+// str is a config key's value as a string ("" when unset).
+func (c *Config) str(k string) string {
+	if v, ok := c.Values[k]; ok && v != nil {
+		return fmt.Sprint(v)
+	}
+	return ""
 }
 
 // secret is KEY, else the content of KEY-file, as k3s reads its tokens.
