@@ -458,7 +458,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
-	report.Line("liken lab up (TCG, a server and an agent, 1 vCPU each): every machine Ready %s after the command started, release build included; a Deployment's pods running on both machines %s after it was made; a registries edit restarting k3s in place on both, the same containers running after, in %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline 480 s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): every machine Ready %s after the command started, release build included; a Deployment's pods running on both machines %s after it was made; a registries edit restarting k3s in place on both, the same containers running after, in %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline 480 s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
 		took.Round(time.Second), podsTook.Round(time.Second), restartTook.Round(time.Second), liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, netTook.Round(time.Second), added.Round(time.Second))
 }
 
