@@ -440,6 +440,15 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Errorf("bootstrap did not say it made only lab-agent-2")
 	}
 
+	// Init renders k3s's files from the spec the agent staged: past the registries edit's own
+	// restart (lab.26), no boot (the upgrade's trial, the network trial and its fallback,
+	// add's power cycle) has the agent restart k3s for files that differ from init's.
+	for _, path := range []string{serverConsole, agentConsole} {
+		if n := strings.Count(console(path), "k3s configuration changed; restart scheduled"); n != 1 {
+			t.Errorf("%s: the agent restarted k3s for new files %d times; want once, for the registries edit", path, n)
+		}
+	}
+
 	status, err := liken("lab", "status", "--dir", dir)
 	if err != nil || !strings.Contains(status, "lab-server-1") || !strings.Contains(status, "lab-agent-2") || !strings.Contains(status, "running, pid") {
 		t.Errorf("liken lab status: %v\n%s", err, status)
