@@ -38,7 +38,7 @@ type Options struct {
 	ServerMiB, AgentMiB int
 	// ServerCPUs and AgentCPUs are each machine's virtual CPUs.
 	ServerCPUs, AgentCPUs int
-	APIPort             int
+	APIPort               int
 	// Source is liken's source tree the release is built from.
 	Source string
 	// Version is the release's version.
