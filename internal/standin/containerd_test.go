@@ -293,4 +293,3 @@ func TestPodOnFlannelsNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
