@@ -93,6 +93,8 @@ embedded registry (docs/k3s.md, "The stand-in's node").
 	f.IntVar(&o.Agents, "agents", o.Agents, "agent machines")
 	f.IntVar(&o.ServerMiB, "server-memory", o.ServerMiB, "each server's memory in MiB")
 	f.IntVar(&o.AgentMiB, "agent-memory", o.AgentMiB, "each agent's memory in MiB")
+	f.IntVar(&o.ServerCPUs, "server-cpus", o.ServerCPUs, "each server's virtual CPUs")
+	f.IntVar(&o.AgentCPUs, "agent-cpus", o.AgentCPUs, "each agent's virtual CPUs")
 	f.IntVar(&o.APIPort, "api-port", o.APIPort, "the local port the server's API is forwarded to")
 	f.StringVar(&o.Source, "source", "", "liken's source tree the release is built from (default: the one holding the current directory)")
 	f.StringVar(&o.Version, "version", o.Version, "the release's version")

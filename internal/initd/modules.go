@@ -80,8 +80,8 @@ func (s *system) useStaged() {
 	}
 	s.machine.Spec.Network, s.machine.Spec.Disks = s.bootSettings(st)
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
-	s.cluster.Spec.Features.Swap = st.Staged.Cluster.Features.Swap
-	fmt.Fprintln(s.log, "liken-init: network, kernel modules and disks from the spec the agent staged")
+	s.cluster.Spec = clusterAtBoot(s.cluster.Spec, st)
+	fmt.Fprintln(s.log, "liken-init: network, kernel modules, disks and the Cluster's settings from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
 	if a := st.Applied; a != nil {
 		want := sysctl.Merge(a.Cluster.Sysctls, a.Machine.Sysctls)
@@ -94,6 +94,17 @@ func (s *system) useStaged() {
 			fmt.Fprintf(s.log, "liken-init: sysctl %s: %v\n", k, err)
 		}
 	}
+}
+
+// clusterAtBoot is the Cluster spec a boot takes its settings from (k3s's files, swap, time
+// servers): the one the agent saw last, not the layer's, which is as old as the machine's
+// install. k3s's files rendered from the layer's would differ from the agent's after any
+// edit of the registries or k3s's settings, and the agent would restart k3s at every boot.
+func clusterAtBoot(layer v1alpha1.ClusterSpec, st *state.State) v1alpha1.ClusterSpec {
+	if st == nil || st.Staged == nil {
+		return layer
+	}
+	return *st.Staged.Cluster.DeepCopy()
 }
 
 // bootSettings are the network and disks this boot runs with (state.BootSettings).

@@ -84,10 +84,10 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 	if n > MaxAgents {
 		return nil, fmt.Errorf("the lab has %d agents, the most it takes", n-1)
 	}
-	m := agentMachine(n, Defaults.AgentMiB)
+	m := agentMachine(n, Defaults.AgentMiB, Defaults.AgentCPUs)
 	for _, o := range st.Machines {
 		if o.Role == "agent" {
-			m.MemoryMiB = o.MemoryMiB
+			m.MemoryMiB, m.CPUs = o.MemoryMiB, o.CPUs // as the lab's other agents
 		}
 	}
 	if free, err := memAvailableMiB(); err == nil && free < m.MemoryMiB+hostHeadroomMiB {

@@ -57,6 +57,7 @@ type Machine struct {
 	PrivateMAC string `json:"privateMAC"`
 	IP         string `json:"ip"`
 	MemoryMiB  int    `json:"memoryMiB"`
+	CPUs       int    `json:"cpus,omitempty"`
 	Disk       string `json:"disk"`
 	Console    string `json:"console"`
 	PID        int    `json:"pid,omitempty"`
@@ -106,10 +107,15 @@ func (s *State) Running() map[string]int {
 	return out
 }
 
+// vCPUs is m's virtual CPU count: one for a lab written before it was kept.
+func (m *Machine) vCPUs() int {
+	return max(m.CPUs, 1)
+}
+
 // boot starts m's QEMU, its console in a file.
 func (s *State) boot(m *Machine, kvm bool, private string) error {
 	mach := qemu.Machine{UEFI: true, VarsDir: filepath.Dir(m.Disk), Disks: []qemu.Disk{{Path: m.Disk}}, MemoryMiB: m.MemoryMiB,
-		CPUs: 1, KVM: kvm, AllowReboot: true, NICs: []string{m.MAC}, Private: private, PrivateMAC: m.PrivateMAC}
+		CPUs: m.vCPUs(), KVM: kvm, AllowReboot: true, NICs: []string{m.MAC}, Private: private, PrivateMAC: m.PrivateMAC}
 	if m.Role == "server" && s.Machines[0].Name == m.Name {
 		mach.Forward = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:6443", s.APIPort)}
 	}

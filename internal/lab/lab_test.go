@@ -43,6 +43,7 @@ func TestUpRefuses(t *testing.T) {
 		{"no QEMU", func(*Options) {}, t.TempDir(), "qemu-system-x86_64 is missing", true},
 		{"more memory than the host has", func(o *Options) { o.ServerMiB = 1 << 30 }, "", "MiB of memory and this host has", true},
 		{"a server with too little memory", func(o *Options) { o.ServerMiB = 512 }, "", "needs at least 1536 MiB", true},
+		{"an agent with no CPU", func(o *Options) { o.AgentCPUs = 0 }, "", "every machine needs at least one CPU", true},
 		{"the API port in use", func(o *Options) { o.APIPort = busy.Addr().(*net.TCPAddr).Port }, "", "is in use on this host", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 func TestManifestsPassTheAPIsRules(t *testing.T) {
 	dir := t.TempDir()
 	machines := []Machine{{Name: "lab-server-1", Role: "server", MAC: "52:54:00:12:34:01", PrivateMAC: "52:54:00:76:00:10", IP: "192.168.76.10"},
-		agentMachine(1, 1024), agentMachine(2, 1024)}
+		agentMachine(1, 1024, 1), agentMachine(2, 1024, 1)}
 	if err := WriteManifests(dir, "http://10.0.2.2:8080/", "2026.12.01-001", "sha256:"+strings.Repeat("ab", 32), machines); err != nil {
 		t.Fatal(err)
 	}

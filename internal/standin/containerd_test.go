@@ -161,7 +161,11 @@ func TestContainerdRunsAPod(t *testing.T) {
 	}
 	// Stopped once liken-pause says it stops cleanly, as a kubelet stops a pod long after it
 	// started: until the Go runtime has run its main, SIGTERM ends it with code 143.
-	waitLog(t, filepath.Join(dir, "logs", "c1.log"), "liken-pause: holding the pod's namespaces")
+	logPath := filepath.Join(dir, "logs", "c1.log")
+	waitFor(t, 30*time.Second, "liken-pause to say it holds the pod's namespaces", func() (bool, error) {
+		b, err := os.ReadFile(logPath)
+		return strings.Contains(string(b), "liken-pause: holding the pod's namespaces"), err
+	})
 	if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: created.ContainerId, Timeout: 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -287,21 +291,5 @@ func TestPodOnFlannelsNetwork(t *testing.T) {
 	}
 	if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: run.PodSandboxId}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// waitLog waits until a container's log holds want.
-func waitLog(t *testing.T, path, want string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, err := os.ReadFile(path)
-		if strings.Contains(string(b), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not say %q after 30 s (%v):\n%s", path, want, err, b)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
