@@ -248,6 +248,10 @@ const StandInXtablesDir = "/usr/lib/liken/stand-in/xtables"
 // which a stand-in node imports at start beside agent/images, as k3s imports air-gap images.
 const StandInImagesDir = "/usr/lib/liken/stand-in/images"
 
+// StandInPauseArchive is the pause image's archive in StandInImagesDir, which a node imports
+// before its kubelet starts (the release's other images are imported after).
+const StandInPauseArchive = "pause.tar"
+
 // StandInCoreDNSImage is the cluster DNS image a stand-in release carries (coredns.tar in
 // StandInImagesDir): upstream CoreDNS with the plugins k3s's Corefile uses, under a name of
 // its own (k3s's is rancher/mirrored-coredns-coredns, with every plugin).

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net/http"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -70,20 +70,28 @@ func newLabUp() *cobra.Command {
 			if err := printLabStatus(cmd, st); err != nil {
 				return err
 			}
+			demo := ""
+			for _, m := range st.Machines {
+				if m.DemoPort != 0 {
+					demo = fmt.Sprintf("http://127.0.0.1:%d/", m.DemoPort)
+					break
+				}
+			}
 			fmt.Fprintf(w, `
 Try:
   export KUBECONFIG=%s
   kubectl get nodes; kubectl get machines     (test/tools/bin/kubectl after make tools)
   liken status
+  curl %s                     (the demo, Deployment web: %s)
   kubectl edit machine %s                     (a sysctl applies live; a network change waits for approval)
   liken lab status --dir %s
   liken lab down --dir %s
 
-The machines run liken's k3s stand-in, not k3s: real containerd, runc, kubelet, kube-proxy
-and flannel (vxlan) laid out as k3s's, and the pause image (%s);
-not yet CoreDNS, traefik, servicelb, local-path, metrics-server, network policy or the
-embedded registry (docs/k3s.md, "The stand-in's node").
-`, st.Kubeconfig, st.Machines[len(st.Machines)-1].Name, o.Dir, o.Dir, release.PauseImageRef)
+The machines run liken's k3s stand-in, not k3s: real containerd, runc, kubelet, kube-proxy,
+flannel (vxlan) and CoreDNS laid out and deployed as k3s's, with the pause and CoreDNS images
+in the release (%s); not yet traefik, servicelb, local-path, metrics-server, network policy
+or the embedded registry (docs/k3s.md, "The stand-in's node").
+`, st.Kubeconfig, demo, filepath.Join(st.Dir, "demo.yaml"), st.Machines[len(st.Machines)-1].Name, o.Dir, o.Dir, release.PauseImageRef)
 			return nil
 		},
 	}
@@ -229,11 +237,13 @@ func newLabPublish() *cobra.Command {
 	return cmd
 }
 
-// newLabServeChannel is the lab's channel server, which `lab up` starts in the background.
+// newLabServeChannel is the lab's channel server (and registry of the demo's image), which
+// `lab up` starts in the background.
 func newLabServeChannel() *cobra.Command {
-	return &cobra.Command{
+	var images string
+	cmd := &cobra.Command{
 		Use:    "serve-channel DIR PORT",
-		Short:  "serve a channel directory over HTTP (started by lab up)",
+		Short:  "serve a channel directory over HTTP, and image archives as a registry (started by lab up)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -243,18 +253,15 @@ func newLabServeChannel() *cobra.Command {
 			}
 			// Loopback is enough: QEMU's user network turns a machine's connection to 10.0.2.2
 			// into one to the host's loopback.
-			files := http.FileServer(http.Dir(args[0]))
-			out := cmd.OutOrStdout()
-			// Each request on the log (channel.log in the lab's directory): what the machines
-			// fetched, and when.
-			logged := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintf(out, "%s %s %s\n", time.Now().UTC().Format(time.RFC3339), r.Method, r.URL.Path)
-				files.ServeHTTP(w, r)
-			})
-			srv := &http.Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Handler: logged, ReadHeaderTimeout: 10 * time.Second}
-			return srv.ListenAndServe()
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				return err
+			}
+			return lab.ServeChannel(cmd.Context(), l, args[0], images, cmd.OutOrStdout())
 		},
 	}
+	cmd.Flags().StringVar(&images, "images", "", "a directory of image archives to serve as a registry under /v2/")
+	return cmd
 }
 
 // findSource finds liken's source tree from the current directory up.

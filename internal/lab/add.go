@@ -90,6 +90,9 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 			m.MemoryMiB, m.CPUs = o.MemoryMiB, o.CPUs // as the lab's other agents
 		}
 	}
+	if m.DemoPort, err = freePort(); err != nil {
+		return nil, fmt.Errorf("choosing a port for %s's demo: %w", m.Name, err)
+	}
 	if free, err := memAvailableMiB(); err == nil && free < m.MemoryMiB+hostHeadroomMiB {
 		return nil, fmt.Errorf("%d MiB of memory available; %s needs %d MiB", free, m.Name, m.MemoryMiB)
 	}

@@ -61,6 +61,8 @@ type Machine struct {
 	Disk       string `json:"disk"`
 	Console    string `json:"console"`
 	PID        int    `json:"pid,omitempty"`
+	// DemoPort is the host's port QEMU forwards to the machine's DemoNodePort.
+	DemoPort int `json:"demoPort,omitempty"`
 }
 
 // Read reads the lab in dir.
@@ -118,6 +120,9 @@ func (s *State) boot(m *Machine, kvm bool, private string) error {
 		CPUs: m.vCPUs(), KVM: kvm, AllowReboot: true, NICs: []string{m.MAC}, Private: private, PrivateMAC: m.PrivateMAC}
 	if m.Role == "server" && s.Machines[0].Name == m.Name {
 		mach.Forward = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:6443", s.APIPort)}
+	}
+	if m.DemoPort != 0 {
+		mach.Forward = append(mach.Forward, fmt.Sprintf("tcp:127.0.0.1:%d-:%d", m.DemoPort, DemoNodePort))
 	}
 	args, err := mach.Args()
 	if err != nil {

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -36,6 +37,13 @@ func TestManifestsPassTheAPIsRules(t *testing.T) {
 		}
 	}
 	for _, d := range docs {
+		if d.Object.GetKind() == "Cluster" {
+			mirrors, _, _ := unstructured.NestedSlice(d.Object.Object, "spec", "registries", "mirrors")
+			want := []any{map[string]any{"registry": DemoRegistry, "endpoints": []any{"http://10.0.2.2:8080"}}}
+			if !reflect.DeepEqual(mirrors, want) {
+				t.Errorf("the Cluster's registry mirrors %v, want %v (the demo's registry, served beside the channel)", mirrors, want)
+			}
+		}
 		for _, m := range machines {
 			if d.Object.GetName() != m.Name {
 				continue

@@ -172,6 +172,11 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return st, err
 	}
 	say("release built and published into %s (%s)", channel, pin)
+	images := filepath.Join(dir, "registry")
+	if err := buildDemo(o.Source, images, time.Unix(1785000000, 0)); err != nil {
+		return st, err
+	}
+	say("the demo workload's image %s built into %s", DemoImage, images)
 	kvm := o.Accel == "kvm"
 	if o.Accel == "auto" {
 		var why string
@@ -194,6 +199,11 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}
 	for i := range o.Agents {
 		st.Machines = append(st.Machines, agentMachine(i+1, o.AgentMiB, o.AgentCPUs))
+	}
+	for i := range st.Machines {
+		if st.Machines[i].DemoPort, err = freePort(); err != nil {
+			return st, fmt.Errorf("choosing a port for %s's demo: %w", st.Machines[i].Name, err)
+		}
 	}
 	manifests := filepath.Join(dir, "manifests")
 	if err := WriteManifests(manifests, st.ChannelURL, st.Version, pin, st.Machines); err != nil {
@@ -233,7 +243,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return st, err
 	}
 	if len(o.ChannelServer) > 0 {
-		cmd := exec.Command(o.ChannelServer[0], append(o.ChannelServer[1:], channel, fmt.Sprint(chPort))...)
+		cmd := exec.Command(o.ChannelServer[0], append(o.ChannelServer[1:], "--images", images, channel, fmt.Sprint(chPort))...)
 		logf, err := os.Create(filepath.Join(dir, "channel.log"))
 		if err != nil {
 			return st, err
@@ -270,7 +280,38 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return st, err
 	}
 	say("every machine Ready")
+	if err := st.startDemo(ctx, say); err != nil {
+		return st, err
+	}
 	return st, nil
+}
+
+// startDemo deploys the demo workload and waits until it answers on the machines.
+func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 20 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	m, err := DemoManifest()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "demo.yaml"), m, 0o644); err != nil {
+		return err
+	}
+	if err := kube.Retry(ctx, time.Minute, func(ctx context.Context) error { return deployDemo(ctx, client) }); err != nil {
+		return fmt.Errorf("deploying the demo: %w", err)
+	}
+	say("the demo deployed (%s): Deployment, PodDisruptionBudget and NodePort Service %s, its image pulled from the lab's registry", filepath.Join(s.Dir, "demo.yaml"), DemoName)
+	if _, err := s.waitDemo(ctx, 5*time.Minute, say); err != nil {
+		return err
+	}
+	return nil
 }
 
 // abandon is up's failure path: it stops every process the lab started, found by their tag
@@ -371,6 +412,11 @@ spec:
   disruptionBudget:
     maxUnavailable: 1
   kernelArgs: ["console=ttyS0,115200"]
+  # The demo's image, from the registry the lab's channel server runs on the host.
+  registries:
+    mirrors:
+      - registry: %s
+        endpoints: [%q]
 `
 
 // Each machine: a private network (static, the one the cluster uses: its node IP) and QEMU's
@@ -408,7 +454,7 @@ func WriteManifests(dir, channelURL, version, pin string, machines []Machine) er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, channelURL, version, pin, version), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, channelURL, version, pin, version, DemoRegistry, strings.TrimSuffix(channelURL, "/")), 0o644); err != nil {
 		return err
 	}
 	for _, m := range machines {

@@ -189,6 +189,12 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 	return apirelease.Digest(raw), doc, nil
 }
 
+// GoBuild builds the Go program pkg of liken's source into out, as a release's programs are
+// built (the lab builds its demo workload with it).
+func GoBuild(source, pkg, out string) error {
+	return goBuild(source, pkg, out, false)
+}
+
 // goBuild builds a static, reproducible binary: no cgo (the image has no libc), no paths,
 // no build ID, no VCS stamp. test adds the test build tag.
 func goBuild(source, pkg, out string, test bool) error {

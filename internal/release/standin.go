@@ -94,7 +94,7 @@ func putStandIn(source, pause string, epoch time.Time, put func(rel, src string,
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(images, "pause.tar"))
+	f, err := os.Create(filepath.Join(images, apirelease.StandInPauseArchive))
 	if err != nil {
 		return err
 	}

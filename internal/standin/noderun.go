@@ -171,12 +171,26 @@ func (n *Node) RunNode(ctx context.Context, in NodeInput) error {
 	if err := n.waitContainerd(ctx, exited); err != nil {
 		return err
 	}
-	if err := n.importImages(ctx, filepath.Join(in.Parts, "ctr"), in.Log); err != nil {
+	now, later, err := n.imageArchives()
+	if err != nil {
+		return err
+	}
+	ctr := filepath.Join(in.Parts, "ctr")
+	if err := n.importImages(ctx, ctr, now, in.Log); err != nil {
 		return err
 	}
 	if err := start("kubelet", n.KubeletArgs()...); err != nil {
 		return err
 	}
+	// The release's other images (cluster DNS) after the kubelet has started: a pod that
+	// needs one before it is in waits on the kubelet's pull back-off, while every boot's
+	// Node is Ready without waiting for tens of megabytes to be hashed (slow in a VM with no
+	// KVM). A failure here is the stand-in's to report, not a reason to stop the node.
+	go func() {
+		if err := n.importImages(ctx, ctr, later, in.Log); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(in.Log, "k3s-standin: %v\n", err)
+		}
+	}()
 	if err := start("kube-proxy", n.KubeProxyArgs()...); err != nil {
 		return err
 	}
@@ -214,15 +228,16 @@ func (n *Node) waitContainerd(ctx context.Context, exited <-chan error) error {
 	}
 }
 
-// importImages imports every archive in agent/images and ImageDirs into containerd's k8s.io
-// namespace, as k3s imports its air-gap images at start (pkg/agent/containerd; k3s also takes
-// compressed tars, the stand-in .tar only).
-func (n *Node) importImages(ctx context.Context, ctr string, log io.Writer) error {
-	var archives []string
-	for _, dir := range append([]string{n.agent("images")}, n.ImageDirs...) {
+// imageArchives lists the image archives a node imports into containerd's k8s.io namespace,
+// as k3s imports its air-gap images at start (pkg/agent/containerd; k3s also takes compressed
+// tars, the stand-in .tar only): now, every archive in agent/images (the operator's, which
+// k3s imports before the kubelet starts) and the release's pause image; later, the release's
+// other images.
+func (n *Node) imageArchives() (now, later []string, err error) {
+	for i, dir := range append([]string{n.agent("images")}, n.ImageDirs...) {
 		entries, err := os.ReadDir(dir)
 		if err != nil && !os.IsNotExist(err) {
-			return err
+			return nil, nil, err
 		}
 		var names []string
 		for _, e := range entries {
@@ -232,9 +247,21 @@ func (n *Node) importImages(ctx context.Context, ctr string, log io.Writer) erro
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			archives = append(archives, filepath.Join(dir, name))
+			if i == 0 || name == apirelease.StandInPauseArchive {
+				now = append(now, filepath.Join(dir, name))
+			} else {
+				later = append(later, filepath.Join(dir, name))
+			}
 		}
 	}
+	if len(now) == 0 {
+		return nil, nil, errors.New("no image archives in " + n.agent("images") + ": the node cannot run a pod without its pause image")
+	}
+	return now, later, nil
+}
+
+// importImages imports archives into containerd's k8s.io namespace, one after the other.
+func (n *Node) importImages(ctx context.Context, ctr string, archives []string, log io.Writer) error {
 	for _, a := range archives {
 		start := time.Now()
 		out, err := exec.CommandContext(ctx, ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", a).CombinedOutput()
@@ -242,9 +269,6 @@ func (n *Node) importImages(ctx context.Context, ctr string, log io.Writer) erro
 			return fmt.Errorf("importing %s: %w: %s", a, err, out)
 		}
 		fmt.Fprintf(log, "k3s-standin: imported %s in %s: %s\n", a, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
-	}
-	if len(archives) == 0 {
-		return errors.New("no image archives in " + n.agent("images") + ": the node cannot run a pod without its pause image")
 	}
 	return nil
 }

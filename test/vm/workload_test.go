@@ -10,75 +10,25 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/lab"
 )
 
-// pauseImage is the image a stand-in release carries and its nodes import at start (k3s's
-// pause image name): workloads that need no program of their own run it, with no registry.
-const pauseImage = "docker.io/rancher/mirrored-pause:3.6"
-
-// workload is a Deployment of one pod per machine (required anti-affinity by hostname) with
-// a PodDisruptionBudget that keeps minAvailable of them, as an operator protects a service.
+// workload is the lab's demo (lab.DemoName: a Deployment of one pod per machine, required
+// anti-affinity by hostname, with a PodDisruptionBudget that keeps minAvailable of them), as
+// an operator protects a service.
 type workload struct {
 	client       kubernetes.Interface
 	name         string
 	replicas     int32
 	minAvailable int
-}
-
-// deploy creates the Deployment and its budget.
-func (w *workload) deploy(t *testing.T) {
-	t.Helper()
-	labels := map[string]string{"app": w.name}
-	never := int64(5)
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &w.replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: &never,
-					Containers:                    []corev1.Container{{Name: "pause", Image: pauseImage, ImagePullPolicy: corev1.PullNever}},
-					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}},
-					}},
-				},
-			},
-		},
-	}
-	min := intstr.FromInt32(int32(w.minAvailable))
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &min, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}
-	eventually(t, "creating Deployment "+w.name, func(ctx context.Context) error {
-		_, err := w.client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	})
-	eventually(t, "creating PodDisruptionBudget "+w.name, func(ctx context.Context) error {
-		_, err := w.client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	})
 }
 
 // runningPods are the workload's pods whose containers run and are ready, by node.
@@ -256,7 +206,10 @@ func k3sRestartKeepsPods(t *testing.T, lc *kube.Client, admin kubernetes.Interfa
 		if err != nil {
 			return err
 		}
-		c.Spec.Registries = &v1alpha1.Registries{Mirrors: []v1alpha1.RegistryMirror{{Registry: "registry.liken.test", Endpoints: []string{"http://10.0.2.2:5000"}}}}
+		if c.Spec.Registries == nil {
+			c.Spec.Registries = &v1alpha1.Registries{}
+		}
+		c.Spec.Registries.Mirrors = append(c.Spec.Registries.Mirrors, v1alpha1.RegistryMirror{Registry: "registry.liken.test", Endpoints: []string{"http://10.0.2.2:5000"}})
 		_, err = lc.UpdateCluster(ctx, c)
 		return err
 	})
@@ -292,4 +245,115 @@ func k3sRestartKeepsPods(t *testing.T, lc *kube.Client, admin kubernetes.Interfa
 		}
 	}
 	t.Logf("k3s restarted in place on %v; the same containers run: %s", nodes, podsOn(after))
+}
+
+// prober sends a request to the demo's NodePort every interval, as an external load balancer
+// with health checks would: to one machine's forwarded port, and on no answer within a
+// timeout to the next, until one answers. A request no machine answered is lost.
+type prober struct {
+	stop func() probeStats
+}
+
+type probeStats struct {
+	sent, lost int
+	// longestGap is the longest time between two answered requests.
+	longestGap time.Duration
+	// firstLost says when the first lost request was sent, and what each machine said.
+	firstLost string
+}
+
+func (s probeStats) String() string {
+	return fmt.Sprintf("%d requests, %d answered by no machine, longest time without an answer %s", s.sent, s.lost, s.longestGap.Round(10*time.Millisecond))
+}
+
+// probe starts a prober of the demo on ports (one per machine, the lab's DemoPorts).
+func probe(t *testing.T, ports []int) *prober {
+	ctx, cancel := context.WithCancel(t.Context())
+	var st probeStats
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var why []string
+			answered := false
+			for j := range ports {
+				port := ports[(i+j)%len(ports)] // the first machine asked takes turns
+				rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+				a, err := lab.DemoAnswer(rctx, port, "/")
+				rcancel()
+				if err == nil && strings.HasPrefix(a, "liken-demo: pod ") {
+					answered = true
+					break
+				}
+				why = append(why, fmt.Sprintf("port %d: %v %q", port, err, a))
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			st.sent++
+			now := time.Now()
+			if answered {
+				st.longestGap = max(st.longestGap, now.Sub(last))
+				last = now
+			} else {
+				st.lost++
+				if st.firstLost == "" {
+					st.firstLost = now.Format(time.TimeOnly) + ": " + strings.Join(why, "; ")
+				}
+			}
+		}
+	}()
+	return &prober{stop: func() probeStats {
+		cancel()
+		<-done
+		return st
+	}}
+}
+
+// demoReachesTheCluster asks the demo's pods, through each machine's forwarded node port,
+// for what only the cluster's own networking answers: the Service's name through cluster DNS
+// (CoreDNS as k3s deploys it), the Service by that name, and the pod on the other machine by
+// its address (flannel's vxlan between the machines).
+func demoReachesTheCluster(t *testing.T, client kubernetes.Interface, ports map[string]int, pods map[string]corev1.Pod) {
+	t.Helper()
+	var svc *corev1.Service
+	eventually(t, "reading Service "+lab.DemoName, func(ctx context.Context) (err error) {
+		svc, err = client.CoreV1().Services("default").Get(ctx, lab.DemoName, metav1.GetOptions{})
+		return err
+	})
+	name := lab.DemoName + ".default.svc.cluster.local"
+	// Bound: CoreDNS's image is imported after the kubelet starts and its pod scheduled
+	// once the server's deploy applies coredns.yaml; a minute or two under TCG.
+	for node, port := range ports {
+		var got string
+		err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+			a, err := lab.DemoAnswer(ctx, port, "/lookup?name="+name)
+			got = fmt.Sprint(a, err)
+			return err == nil && a == svc.Spec.ClusterIP, nil
+		})
+		if err != nil {
+			t.Errorf("the pod on %s looked %s up: %s; want its ClusterIP %s", node, name, got, svc.Spec.ClusterIP)
+			continue
+		}
+		if a, err := lab.DemoAnswer(t.Context(), port, "/get?url=http://"+name+"/"); err != nil || !strings.HasPrefix(a, "liken-demo: pod ") {
+			t.Errorf("the pod on %s fetched http://%s/: %q %v", node, name, a, err)
+		}
+		for other, p := range pods {
+			if other == node {
+				continue
+			}
+			a, err := lab.DemoAnswer(t.Context(), port, fmt.Sprintf("/get?url=http://%s/", net.JoinHostPort(p.Status.PodIP, "8080")))
+			if want := "liken-demo: pod " + p.Name + " on node " + other; err != nil || a != want {
+				t.Errorf("the pod on %s fetched the pod on %s at %s: %q %v; want %q", node, other, p.Status.PodIP, a, err, want)
+			}
+		}
+	}
 }
