@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +13,13 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/change"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/syncbuf"
 	"liken.dev/liken/test/apiserver"
 )
 
-// syncBuffer is an output a command writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // started is a liken command running in the background.
 type started struct {
-	out, err syncBuffer
+	out, err syncbuf.Buffer
 	code     chan int
 }
 

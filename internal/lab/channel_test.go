@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"liken.dev/liken/internal/standin/image"
+	"liken.dev/liken/internal/syncbuf"
 )
 
 // source is liken's source tree, this package's two levels up.
@@ -78,7 +78,7 @@ func TestServeChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	var log syncBuffer
+	var log syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- ServeChannel(ctx, l, channel, images, &log) }()
 	defer func() {
@@ -194,22 +194,4 @@ func writeTestImage(path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// syncBuffer is a buffer the server's goroutines write while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -4,7 +4,6 @@
 package qemu
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,9 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"liken.dev/liken/internal/syncbuf"
 )
 
 // OVMF's firmware and variable store, from Debian's ovmf package.
@@ -166,7 +166,7 @@ func ProbeKVM(ctx context.Context, kernel string, timeout time.Duration) (bool, 
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "256",
 		"-display", "none", "-nodefaults", "-no-reboot", "-serial", "stdio",
 		"-kernel", kernel, "-append", "console=ttyS0 panic=-1")
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Should this process be killed, the probe dies with it rather than spin on a hung KVM.
 	// The signal follows the thread that started the child, so that thread stays this
@@ -196,23 +196,6 @@ func ProbeKVM(ctx context.Context, kernel string, timeout time.Duration) (bool, 
 		case <-tick.C:
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func firstLine(s string) string {

@@ -247,9 +247,11 @@ func k3sRestartKeepsPods(t *testing.T, lc *kube.Client, admin kubernetes.Interfa
 	t.Logf("k3s restarted in place on %v; the same containers run: %s", nodes, podsOn(after))
 }
 
-// prober sends a request to the demo's NodePort every interval, as an external load balancer
-// with health checks would: to one machine's forwarded port, and on no answer within a
-// timeout to the next, until one answers. A request no machine answered is lost.
+// prober sends a request to the demo's NodePort every half second, as an external load
+// balancer with health checks would: to one machine's forwarded port, and on no answer
+// within 5 seconds (a machine rebooting, or one whose pod was drained: its node port drops
+// the traffic, which stays local) to the next, until one answers. A request no machine
+// answered is lost.
 type prober struct {
 	stop func() probeStats
 }
@@ -286,7 +288,7 @@ func probe(t *testing.T, ports []int) *prober {
 			answered := false
 			for j := range ports {
 				port := ports[(i+j)%len(ports)] // the first machine asked takes turns
-				rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+				rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 				a, err := lab.DemoAnswer(rctx, port, "/")
 				rcancel()
 				if err == nil && strings.HasPrefix(a, "liken-demo: pod ") {
