@@ -68,8 +68,8 @@ func buildDemo(source, dir string, epoch time.Time) error {
 	return os.WriteFile(filepath.Join(dir, "liken-demo.tar"), archive.Bytes(), 0o644)
 }
 
-// demoObjects are the demo's Deployment (two replicas, one per machine), the budget that
-// keeps one of them available through drains, and a NodePort Service whose traffic stays
+// demoObjects are the demo's Deployment (two replicas, spread over the machines), the budget
+// that keeps one of them available through drains, and a NodePort Service whose traffic stays
 // on the machine it reached (externalTrafficPolicy Local), so that each machine's forwarded
 // port answers from that machine's pod, as an external load balancer with health checks
 // would use them.
@@ -96,9 +96,11 @@ func demoObjects() (*appsv1.Deployment, *policyv1.PodDisruptionBudget, *corev1.S
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
 							PeriodSeconds: 2},
 					}},
+					// Preferred, not required: one pod per machine while both can run one, and
+					// a drained machine's pod comes back on the other.
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}},
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100,
+							PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}},
 					}},
 				},
 			},

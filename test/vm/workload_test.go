@@ -21,9 +21,9 @@ import (
 	"liken.dev/liken/internal/lab"
 )
 
-// workload is the lab's demo (lab.DemoName: a Deployment of one pod per machine, required
-// anti-affinity by hostname, with a PodDisruptionBudget that keeps minAvailable of them), as
-// an operator protects a service.
+// workload is the lab's demo (lab.DemoName: a Deployment spread over the machines by a
+// preferred anti-affinity, with a PodDisruptionBudget that keeps minAvailable of them), as an
+// operator protects a service.
 type workload struct {
 	client       kubernetes.Interface
 	name         string
@@ -100,15 +100,19 @@ func (w *workload) waitOnNodes(t *testing.T, nodes []string, bound time.Duration
 }
 
 // availability watches the workload's ready pods until stop is called, and returns then the
-// fewest it saw ready at once (with when), so a test proves its budget held throughout.
-// While the API is down (a server rebooting) nothing changes in it, so nothing is missed.
-func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.Time, seen int)) {
+// fewest it saw ready at once (with when), so a test proves its budget held throughout, and
+// by node the pods that became ready while it watched (where drained pods came back). While
+// the API is down (a server rebooting) nothing changes in it, so nothing is missed.
+func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.Time, seen int, cameBack map[string][]string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var mu sync.Mutex
 	readyPods := map[string]bool{}
 	fewest, seen := int(w.replicas), 0
 	var at time.Time
+	cameBack := map[string][]string{}
+	watching := map[string]bool{} // pods seen ready when the watch began, or since
+	listed := false
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -124,7 +128,14 @@ func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.
 				readyPods = map[string]bool{}
 				for _, p := range pods.Items {
 					readyPods[p.Name] = p.DeletionTimestamp == nil && ready(&p)
+					if readyPods[p.Name] && !watching[p.Name] {
+						watching[p.Name] = true
+						if listed { // listed again after the watch began: it became ready since
+							cameBack[p.Spec.NodeName] = append(cameBack[p.Spec.NodeName], p.Name)
+						}
+					}
 				}
+				listed = true
 				mu.Unlock()
 				rv = pods.ResourceVersion
 			}
@@ -146,6 +157,10 @@ func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.
 					delete(readyPods, p.Name)
 				} else {
 					readyPods[p.Name] = p.DeletionTimestamp == nil && ready(p)
+					if readyPods[p.Name] && !watching[p.Name] {
+						watching[p.Name] = true
+						cameBack[p.Spec.NodeName] = append(cameBack[p.Spec.NodeName], p.Name)
+					}
 				}
 				n := 0
 				for _, r := range readyPods {
@@ -162,13 +177,37 @@ func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.
 			watch.Stop()
 		}
 	}()
-	return func() (int, time.Time, int) {
+	return func() (int, time.Time, int, map[string][]string) {
 		cancel()
 		<-done
 		mu.Lock()
 		defer mu.Unlock()
-		return fewest, at, seen
+		return fewest, at, seen, cameBack
 	}
+}
+
+// waitRunning waits until the workload's replicas all run and are ready, wherever, and
+// returns them.
+func (w *workload) waitRunning(t *testing.T, bound time.Duration) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, bound, true, func(ctx context.Context) (bool, error) {
+		list, err := w.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
+		if err != nil {
+			return false, nil
+		}
+		pods = nil
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && ready(&p) {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) == int(w.replicas), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %d of its %d pods running after %s", w.name, len(pods), w.replicas, bound)
+	}
+	return pods
 }
 
 // podsOn names the pods by node, for messages.
