@@ -337,7 +337,8 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	// Each machine drained its real pod before its reboot, and the budget held throughout
 	// (the watch's view; while the server reboots the API is down and nothing can change).
-	fewest, fewestAt, changes, cameBack := stopWatching()
+	upgradeSeen := stopWatching()
+	fewest, fewestAt, changes, cameBack := upgradeSeen.fewest, upgradeSeen.at, upgradeSeen.changes, upgradeSeen.cameBack
 	if fewest < web.minAvailable {
 		t.Errorf("during the fleet upgrade only %d of web's pods were ready (at %s): its budget of %d did not hold", fewest, fewestAt.Format(time.TimeOnly), web.minAvailable)
 	}
@@ -349,6 +350,13 @@ func TestLabUpAndDown(t *testing.T) {
 	for _, n := range labNodes {
 		if len(cameBack[n]) == 0 {
 			t.Errorf("no pod of web became ready on %s during the fleet upgrade: the other machine's drained pods did not come back there (new pods by node: %v)", n, cameBack)
+		}
+	}
+	// The pods that ran before were deleted, which the API does only once their kubelet
+	// reports their containers stopped: none was left running after its machine's drain.
+	for n, p := range webBefore {
+		if !upgradeSeen.gone[p.Name] {
+			t.Errorf("web's pod %s on %s was not deleted during the fleet upgrade: its machine's drain did not stop it", p.Name, n)
 		}
 	}
 	webAfter := web.waitRunning(t, 2*time.Minute)

@@ -99,20 +99,58 @@ func (w *workload) waitOnNodes(t *testing.T, nodes []string, bound time.Duration
 	return pods
 }
 
-// availability watches the workload's ready pods until stop is called, and returns then the
-// fewest it saw ready at once (with when), so a test proves its budget held throughout, and
-// by node the pods that became ready while it watched (where drained pods came back). While
-// the API is down (a server rebooting) nothing changes in it, so nothing is missed.
-func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.Time, seen int, cameBack map[string][]string)) {
+// watched is what availability saw of the workload's pods while it watched.
+type watched struct {
+	// fewest is the fewest pods ready at once, at when.
+	fewest int
+	at     time.Time
+	// changes counts the changes seen.
+	changes int
+	// cameBack names, by node, the pods that became ready (where drained pods came back);
+	// gone, the pods deleted (their kubelet stopped their containers, or their node is gone).
+	cameBack map[string][]string
+	gone     map[string]bool
+}
+
+// availability watches the workload's pods until stop is called, and returns then what it
+// saw: the fewest ready at once, so a test proves its budget held throughout, where pods
+// became ready and which were deleted. While the API is down (a server rebooting) nothing
+// changes in it; a pod deleted meanwhile is missing from the list made after.
+func (w *workload) availability(t *testing.T) (stop func() watched) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var mu sync.Mutex
 	readyPods := map[string]bool{}
-	fewest, seen := int(w.replicas), 0
-	var at time.Time
-	cameBack := map[string][]string{}
+	seen := watched{fewest: int(w.replicas), cameBack: map[string][]string{}, gone: map[string]bool{}}
 	watching := map[string]bool{} // pods seen ready when the watch began, or since
 	listed := false
+	// update records pod name's state (p nil: deleted), under mu.
+	update := func(name string, p *corev1.Pod) {
+		if p == nil {
+			delete(readyPods, name)
+			seen.gone[name] = true
+		} else {
+			readyPods[name] = p.DeletionTimestamp == nil && ready(p)
+			if readyPods[name] && !watching[name] {
+				watching[name] = true
+				if listed {
+					seen.cameBack[p.Spec.NodeName] = append(seen.cameBack[p.Spec.NodeName], name)
+				}
+			}
+		}
+	}
+	// counted records how many are ready now, after a change or a list, under mu.
+	counted := func() {
+		n := 0
+		for _, r := range readyPods {
+			if r {
+				n++
+			}
+		}
+		if n < seen.fewest {
+			seen.fewest, seen.at = n, time.Now()
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -125,16 +163,17 @@ func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.
 					continue
 				}
 				mu.Lock()
-				readyPods = map[string]bool{}
-				for _, p := range pods.Items {
-					readyPods[p.Name] = p.DeletionTimestamp == nil && ready(&p)
-					if readyPods[p.Name] && !watching[p.Name] {
-						watching[p.Name] = true
-						if listed { // listed again after the watch began: it became ready since
-							cameBack[p.Spec.NodeName] = append(cameBack[p.Spec.NodeName], p.Name)
-						}
+				now := map[string]bool{}
+				for i := range pods.Items {
+					now[pods.Items[i].Name] = true
+					update(pods.Items[i].Name, &pods.Items[i])
+				}
+				for name := range readyPods {
+					if !now[name] {
+						update(name, nil)
 					}
 				}
+				counted()
 				listed = true
 				mu.Unlock()
 				rv = pods.ResourceVersion
@@ -154,35 +193,23 @@ func (w *workload) availability(t *testing.T) (stop func() (fewest int, at time.
 				rv = p.ResourceVersion
 				mu.Lock()
 				if ev.Type == "DELETED" {
-					delete(readyPods, p.Name)
+					update(p.Name, nil)
 				} else {
-					readyPods[p.Name] = p.DeletionTimestamp == nil && ready(p)
-					if readyPods[p.Name] && !watching[p.Name] {
-						watching[p.Name] = true
-						cameBack[p.Spec.NodeName] = append(cameBack[p.Spec.NodeName], p.Name)
-					}
+					update(p.Name, p)
 				}
-				n := 0
-				for _, r := range readyPods {
-					if r {
-						n++
-					}
-				}
-				seen++
-				if n < fewest {
-					fewest, at = n, time.Now()
-				}
+				counted()
+				seen.changes++
 				mu.Unlock()
 			}
 			watch.Stop()
 		}
 	}()
-	return func() (int, time.Time, int, map[string][]string) {
+	return func() watched {
 		cancel()
 		<-done
 		mu.Lock()
 		defer mu.Unlock()
-		return fewest, at, seen, cameBack
+		return seen
 	}
 }
 
