@@ -51,6 +51,19 @@ type Components struct {
 	Kernel Kernel `json:"kernel"`
 	K3s    K3s    `json:"k3s"`
 	Liken  Liken  `json:"liken"`
+	// Images are the container images the root image carries for its nodes to import at
+	// start, as k3s imports air-gap images (a stand-in release's pause and CoreDNS images).
+	Images []Image `json:"images,omitempty"`
+}
+
+// Image is a container image in a release's root image.
+type Image struct {
+	// Name is what it is imported as, e.g. docker.io/rancher/mirrored-pause:3.6.
+	Name string `json:"name"`
+	// Digest is its manifest's, as containerd and the kubelet report it.
+	Digest string `json:"digest"`
+	// Archive is its archive's path in the root image.
+	Archive string `json:"archive"`
 }
 
 // Kernel is the Debian kernel package a release's kernel and modules come from.
@@ -134,8 +147,11 @@ func Decode(doc []byte) (*Document, error) {
 	if len(doc) > MaxDocumentSize {
 		return nil, fmt.Errorf("release document is %d bytes, more than the %d allowed", len(doc), MaxDocumentSize)
 	}
+	// Fields this liken does not know are ignored, not refused: a machine reads the
+	// document of the release it upgrades to, which a newer liken wrote, and the pin
+	// already proves it is the publisher's. A change an older liken must not take changes
+	// the schema instead.
 	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
 	d := &Document{}
 	if err := dec.Decode(d); err != nil {
 		return nil, fmt.Errorf("release document is malformed: %w", err)
@@ -159,6 +175,11 @@ func (d *Document) Validate() error {
 	}
 	if len(d.Files) == 0 {
 		return errors.New("release document lists no files")
+	}
+	for i, im := range d.Components.Images {
+		if im.Name == "" || !ValidDigest(im.Digest) || !strings.HasPrefix(im.Archive, "/") {
+			return fmt.Errorf("release image %d: want a name, a digest ('sha256:' and 64 hex digits) and an absolute archive path, got %+q %+q %+q", i, im.Name, im.Digest, im.Archive)
+		}
 	}
 	seen := map[string]bool{}
 	for i, f := range d.Files {

@@ -136,7 +136,8 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 		return "", nil, err
 	}
 	step("root image (mksquashfs)")
-	if err := buildRootfs(k, bin, k3sPath, opts, filepath.Join(work, "rootfs"), filepath.Join(opts.Out, "rootfs.squashfs")); err != nil {
+	images, err := buildRootfs(k, bin, k3sPath, opts, filepath.Join(work, "rootfs"), filepath.Join(opts.Out, "rootfs.squashfs"))
+	if err != nil {
 		return "", nil, err
 	}
 	os.Remove(filepath.Join(opts.Out, "vmlinuz"))
@@ -153,6 +154,7 @@ func Build(opts BuildOptions) (string, *apirelease.Document, error) {
 			Kernel: apirelease.Kernel{Version: k.Version, Package: k.Package, PackageSHA256: k.PackageSHA256},
 			K3s:    apirelease.K3s{Version: k3sVersion, SHA256: k3sSum, StandIn: opts.StandIn},
 			Liken:  apirelease.Liken{Version: likenVersion},
+			Images: images,
 		},
 	}
 	for _, name := range SlotFiles {
@@ -344,8 +346,9 @@ func stager(stage string) func(rel, src string, mode os.FileMode) error {
 	}
 }
 
-// buildRootfs stages the root image and packs it with mksquashfs, reproducibly.
-func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) error {
+// buildRootfs stages the root image and packs it with mksquashfs, reproducibly; it returns the
+// container images the root image carries.
+func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out string) (images []apirelease.Image, err error) {
 	put := stager(stage)
 	write := func(rel string, data []byte) error {
 		dst := filepath.Join(stage, rel)
@@ -358,67 +361,67 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		{"usr/bin/k3s", k3sPath},
 	} {
 		if err := put(p.rel, p.src, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// liken-init is also liken's modprobe, which k3s runs through its PATH and the kernel
 	// through kernel.modprobe.
 	if err := os.Symlink("init", filepath.Join(stage, "sbin", "modprobe")); err != nil {
-		return err
+		return nil, err
 	}
 	// No shell: iptables reaches k3s's static xtables-nft-multi through links (host/k3s).
 	for name, target := range k3s.IptablesLinks(k3s.DefaultPaths.DataDir) {
 		dst := filepath.Join(stage, k3s.IptablesDir, name)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
+			return nil, err
 		}
 		if err := os.Symlink(target, dst); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := stageMkfsTools(stage, put); err != nil {
-		return fmt.Errorf("the data disks' mkfs tools: %w", err)
+		return nil, fmt.Errorf("the data disks' mkfs tools: %w", err)
 	}
 	files, err := stageModules(k, stage, put)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkKernelConfig(k.Config(), files); err != nil {
-		return err
+		return nil, err
 	}
 	ca := "/etc/ssl/certs/ca-certificates.crt"
 	if err := put("etc/ssl/certs/ca-certificates.crt", ca, 0o644); err != nil {
-		return fmt.Errorf("CA certificates (from %s): %w", ca, err)
+		return nil, fmt.Errorf("CA certificates (from %s): %w", ca, err)
 	}
 	if err := write("etc/os-release", []byte(fmt.Sprintf("NAME=liken\nID=liken\nVERSION_ID=%s\nPRETTY_NAME=\"liken %s\"\n", opts.Version, opts.Version))); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("etc/liken/version", []byte(opts.Version+"\n")); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("etc/liken/kernel-release", []byte(k.Version+"\n")); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write(apirelease.BuildTimeFile, []byte(opts.Epoch.UTC().Format(time.RFC3339)+"\n")); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("etc/liken/system-modules", []byte(strings.Join(files, "\n")+"\n")); err != nil {
-		return err
+		return nil, err
 	}
 	if opts.StandIn {
-		if err := putStandIn(opts.Source, filepath.Join(bin, "liken-pause"), opts.Epoch, put, stage, opts.Log); err != nil {
-			return err
+		if images, err = putStandIn(opts.Source, filepath.Join(bin, "liken-pause"), opts.Epoch, put, stage, opts.Log); err != nil {
+			return nil, err
 		}
 		// Init reads this to give the stand-in what real k3s would not need.
 		if err := write("etc/liken/k3s-stand-in", []byte("this release carries liken's k3s stand-in, not k3s: tests only\n")); err != nil {
-			return err
+			return nil, err
 		}
 	} else if err := write("etc/liken/k3s-version", []byte(opts.K3sVersion+"\n")); err != nil {
-		return err
+		return nil, err
 	}
 	for _, d := range []string{"dev", "proc", "sys", "run", "tmp", "var", "mnt", "etc/rancher", "root"} {
 		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The root image is read-only: what init writes at boot lives under /run, what lasts on
@@ -429,7 +432,7 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		{"etc/machine-id", "/var/lib/liken/machine-id"},
 	} {
 		if err := os.Symlink(l.target, filepath.Join(stage, l.name)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// As k3s's own image has them: name lookup by files then DNS, and a root user.
@@ -439,7 +442,7 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 		"etc/group":         "root:x:0:\n",
 	} {
 		if err := write(name, []byte(data)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	os.Remove(out)
@@ -450,9 +453,9 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	cmd := exec.Command("mksquashfs", stage, out, "-noappend", "-all-root", "-no-xattrs", "-comp", "zstd", "-Xcompression-level", "6", "-quiet", "-no-progress")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", opts.Epoch.Unix()))
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mksquashfs: %w: %s", err, b)
+		return nil, fmt.Errorf("mksquashfs: %w: %s", err, b)
 	}
-	return nil
+	return images, nil
 }
 
 // SlotImage is the release's slot image; SlotFiles are the files in it, which the boot

@@ -305,7 +305,7 @@ func TestFetchRefuses(t *testing.T) {
 func TestMalformedDocument(t *testing.T) {
 	for name, doc := range map[string]string{
 		"not JSON":      "{",
-		"unknown field": `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","files":[],"extra":1}`,
+		"bad image":     `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{},"images":[{"name":"pause","digest":"sha256:12","archive":"/p.tar"}]},"files":[{"name":"a","size":1,"sha256":"` + strings.Repeat("0", 64) + `","role":"other"}]}`,
 		"no files":      `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[]}`,
 		"trailing data": `{"schema":"liken.dev/release/v1"} {}`,
 		"bad version":   `{"schema":"liken.dev/release/v1","version":"latest","created":"2026-07-20T00:00:00Z","components":{"kernel":{},"k3s":{},"liken":{}},"files":[{"name":"a","size":1,"sha256":"` + strings.Repeat("0", 64) + `","role":"other"}]}`,
@@ -315,6 +315,20 @@ func TestMalformedDocument(t *testing.T) {
 				t.Errorf("accepted: %s", doc)
 			}
 		})
+	}
+}
+
+// TestDocumentFromANewerLiken: fields this liken does not know, which a newer liken writes,
+// are ignored: a machine must read the document of the release it upgrades to.
+func TestDocumentFromANewerLiken(t *testing.T) {
+	doc := `{"schema":"liken.dev/release/v1","version":"2026.07.20-001","created":"2026-07-20T00:00:00Z","signatures":[],` +
+		`"components":{"kernel":{},"k3s":{"future":true},"liken":{}},"files":[{"name":"a","size":1,"sha256":"` + strings.Repeat("0", 64) + `","role":"other","mode":"0644"}]}`
+	d, err := apirelease.Parse([]byte(doc), apirelease.Digest([]byte(doc)))
+	if err != nil {
+		t.Fatalf("a document with fields of a newer liken was refused: %v", err)
+	}
+	if d.Version != "2026.07.20-001" || len(d.Files) != 1 || d.Files[0].Name != "a" {
+		t.Errorf("decoded %+v", d)
 	}
 }
 

@@ -48,9 +48,9 @@ func StageStandInXtables(stage string) error {
 
 // putStandIn stages what the k3s stand-in runs: the upstream programs test/tools builds
 // (statically, from the module proxy), the CNI plugins, Debian's iptables with its libraries,
-// and the pause image as an air-gap archive, built reproducibly from pause (the release's
-// liken-pause) at epoch.
-func putStandIn(source, pause string, epoch time.Time, put func(rel, src string, mode os.FileMode) error, stage string, log io.Writer) error {
+// and the pause and CoreDNS images as air-gap archives, built reproducibly (the pause image
+// from pause, the release's liken-pause) at epoch, which it returns for the release document.
+func putStandIn(source, pause string, epoch time.Time, put func(rel, src string, mode os.FileMode) error, stage string, log io.Writer) ([]apirelease.Image, error) {
 	script := filepath.Join(source, "test", "tools", "build.sh")
 	cmd := exec.Command(script)
 	// The first build takes minutes: say so as it goes.
@@ -60,66 +60,76 @@ func putStandIn(source, pause string, epoch time.Time, put func(rel, src string,
 		cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, log), io.MultiWriter(&out, log)
 	}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building the stand-in's programs with %s: %w: %s", script, err, out.Bytes())
+		return nil, fmt.Errorf("building the stand-in's programs with %s: %w: %s", script, err, out.Bytes())
 	}
 	tools := filepath.Join(source, "test", "tools", "bin")
 	dir := strings.TrimPrefix(apirelease.StandInControlPlaneDir, "/")
 	for _, f := range standInParts {
 		if err := put(filepath.Join(dir, f), filepath.Join(tools, f), 0o755); err != nil {
-			return fmt.Errorf("the stand-in's programs: %w", err)
+			return nil, fmt.Errorf("the stand-in's programs: %w", err)
 		}
 	}
 	for _, l := range kubePartsAs {
 		if err := os.Symlink("kube-parts", filepath.Join(stage, dir, l)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	plugins, err := os.ReadDir(filepath.Join(tools, "cni"))
 	if err != nil {
-		return fmt.Errorf("the CNI plugins: %w", err)
+		return nil, fmt.Errorf("the CNI plugins: %w", err)
 	}
 	for _, p := range plugins {
 		if err := put(filepath.Join(dir, "cni", p.Name()), filepath.Join(tools, "cni", p.Name()), 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := StageStandInXtables(stage); err != nil {
-		return err
+		return nil, err
 	}
 	prog, err := os.ReadFile(pause)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	images := filepath.Join(stage, strings.TrimPrefix(apirelease.StandInImagesDir, "/"))
-	if err := os.MkdirAll(images, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(images, apirelease.StandInPauseArchive))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := image.WriteArchive(f, image.Spec{Ref: PauseImageRef, Entrypoint: []string{"/pause"}, User: "65535:65535",
-		Files: []image.File{{Path: "/pause", Mode: 0o755, Data: prog}}, Epoch: epoch}); err != nil {
-		return fmt.Errorf("the pause image: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	// CoreDNS runs as root in it, binding port 53 with the NET_BIND_SERVICE capability k3s's
-	// manifest adds (upstream's image sets a file capability for a non-root user instead).
+	// CoreDNS runs as root in its image, binding port 53 with the NET_BIND_SERVICE
+	// capability k3s's manifest adds (upstream's image sets a file capability for a non-root
+	// user instead).
 	coredns, err := os.ReadFile(filepath.Join(tools, "coredns"))
 	if err != nil {
-		return fmt.Errorf("the CoreDNS image: %w", err)
+		return nil, fmt.Errorf("the CoreDNS image: %w", err)
 	}
-	g, err := os.Create(filepath.Join(images, "coredns.tar"))
+	var made []apirelease.Image
+	for _, im := range []struct {
+		archive string
+		spec    image.Spec
+	}{
+		{apirelease.StandInPauseArchive, image.Spec{Ref: PauseImageRef, Entrypoint: []string{"/pause"}, User: "65535:65535",
+			Files: []image.File{{Path: "/pause", Mode: 0o755, Data: prog}}, Epoch: epoch}},
+		{"coredns.tar", image.Spec{Ref: apirelease.StandInCoreDNSImage, Entrypoint: []string{"/coredns"},
+			Files: []image.File{{Path: "/coredns", Mode: 0o755, Data: coredns}}, Epoch: epoch}},
+	} {
+		archive := filepath.Join(apirelease.StandInImagesDir, im.archive)
+		digest, err := writeImage(filepath.Join(stage, archive), im.spec)
+		if err != nil {
+			return nil, fmt.Errorf("the image %s: %w", im.spec.Ref, err)
+		}
+		made = append(made, apirelease.Image{Name: im.spec.Ref, Digest: digest, Archive: archive})
+	}
+	return made, nil
+}
+
+// writeImage writes an image's archive at path and returns its digest.
+func writeImage(path string, spec image.Spec) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer g.Close()
-	if _, err := image.WriteArchive(g, image.Spec{Ref: apirelease.StandInCoreDNSImage, Entrypoint: []string{"/coredns"},
-		Files: []image.File{{Path: "/coredns", Mode: 0o755, Data: coredns}}, Epoch: epoch}); err != nil {
-		return fmt.Errorf("the CoreDNS image: %w", err)
+	defer f.Close()
+	digest, err := image.WriteArchive(f, spec)
+	if err != nil {
+		return "", err
 	}
-	return g.Close()
+	return digest, f.Close()
 }

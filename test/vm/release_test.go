@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/release"
 )
 
@@ -41,5 +42,17 @@ func TestReleaseBuildReproducible(t *testing.T) {
 	}
 	if doc.Components.Kernel.PackageSHA256 == "" || doc.Components.Kernel.Version == "" {
 		t.Errorf("kernel package not recorded: %+v", doc.Components.Kernel)
+	}
+	// The images the nodes import, by name and digest (equal in both builds, as the
+	// documents are).
+	images := map[string]apirelease.Image{}
+	for _, im := range doc.Components.Images {
+		images[im.Name] = im
+	}
+	for _, name := range []string{release.PauseImageRef, apirelease.StandInCoreDNSImage} {
+		im, ok := images[name]
+		if !ok || !apirelease.ValidDigest(im.Digest) || filepath.Dir(im.Archive) != apirelease.StandInImagesDir {
+			t.Errorf("the release document does not record image %s with its digest and archive: %+v", name, doc.Components.Images)
+		}
 	}
 }
