@@ -622,9 +622,16 @@ func heartbeat(ctx context.Context, client kubernetes.Interface, name string, re
 	return err
 }
 
+// A simulated node's pods carry this reason and message in their status: they are reported
+// Running, and no container runs.
+const (
+	SimulatedPodReason  = "Simulated"
+	SimulatedPodMessage = "the k3s stand-in simulates this pod's node (liken.test.node=simulated): no container runs"
+)
+
 // tendPods plays the kubelet's part in a pod's life that drains depend on, for the pods
 // bound to this Node: a pod not yet running is reported Running and Ready (no container
-// runs: the stand-in runs none), and a pod being deleted is removed once its grace period
+// runs: the stand-in runs none, and the pod's status says so), and a pod being deleted is removed once its grace period
 // has passed, as a kubelet does when its containers have stopped. Pods live in the API
 // server, so a restarted stand-in finds and reports the same pods.
 func tendPods(ctx context.Context, client kubernetes.Interface, name string, log io.Writer) error {
@@ -649,6 +656,9 @@ func tendPods(ctx context.Context, client kubernetes.Interface, name string, log
 		case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
 			now := metav1.Now()
 			p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
+			// Running for the API's sake (drains and budgets count it), but said to be
+			// simulated where a user looks: kubectl get pods shows the reason as its status.
+			p.Status.Reason, p.Status.Message = SimulatedPodReason, SimulatedPodMessage
 			p.Status.Conditions = []corev1.PodCondition{
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
 				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},

@@ -258,6 +258,9 @@ func TestPods(t *testing.T) {
 			if err != nil || p.Status.Phase != corev1.PodRunning {
 				return false, nil
 			}
+			if p.Status.Reason != SimulatedPodReason || !strings.Contains(p.Status.Message, "no container runs") {
+				return false, fmt.Errorf("pod %s reported Running by a simulated node with reason %q, message %q: it does not say it is simulated", name, p.Status.Reason, p.Status.Message)
+			}
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 					return true, nil
