@@ -27,6 +27,12 @@ type versionChange struct {
 	To        string `json:"to"`
 	// Pinned: the release was pinned in spec.releases by this command (--pin).
 	Pinned bool `json:"pinned,omitempty"`
+	// AnswerLost: the API server's answer to this command's write was lost (a timeout, a
+	// connection cut), and the write made again found the change made.
+	AnswerLost bool `json:"answerLost,omitempty"`
+	// written: a try that failed later wrote this change and had the answer; unanswered:
+	// its write was the one that failed.
+	written, unanswered bool
 }
 
 func newUpgrade() *cobra.Command { return newVersionCommand(true) }
@@ -92,28 +98,43 @@ before.`
 		// a busy API server may time out: a write refused or lost for that is made again
 		// from a fresh read, checks and all.
 		var changes []versionChange
+		earlier := map[string]versionChange{} // what failed tries wrote, by object
 		err = kube.Retry(cmd.Context(), time.Minute, func(context.Context) error {
 			var err error
 			changes, err = setVersion(cmd, lc, up, version, pin, allowTest, machines)
+			for _, c := range changes {
+				// A write refused for a conflict was not made; one whose answer did not
+				// come may have been.
+				if c.written || (c.unanswered && !apierrors.IsConflict(err)) {
+					if e, ok := earlier[c.Object]; !ok || !e.written {
+						earlier[c.Object] = c
+					}
+				}
+			}
 			return err
 		})
 		if err != nil {
 			return err
 		}
+		changes = settle(earlier, changes)
 		return o.print(cmd.OutOrStdout(), changes, func(w io.Writer) {
 			for _, c := range changes {
 				if c.From == c.To {
 					fmt.Fprintf(w, "%s runs %s already: nothing changed\n", c.Object, c.To)
 					continue
 				}
+				lost := ""
+				if c.AnswerLost {
+					lost = " (the API server's answer to the write was lost; writing again found it made)"
+				}
 				if c.Pinned {
-					fmt.Fprintf(w, "pinned %s as %s in the Cluster's spec.releases\n", c.To, pin)
+					fmt.Fprintf(w, "pinned %s as %s in the Cluster's spec.releases%s\n", c.To, pin, lost)
 				}
 				from := c.From
 				if c.Inherited {
 					from += " (the Cluster's)"
 				}
-				fmt.Fprintf(w, "%s spec.version: %s -> %s\n", c.Object, from, c.To)
+				fmt.Fprintf(w, "%s spec.version: %s -> %s%s\n", c.Object, from, c.To, lost)
 			}
 			fmt.Fprintln(w, "each machine writes the release into its inactive slot, then waits for its disruption-budget turn (and, under rebootPolicy Manual, for liken approve-reboot); liken status follows it")
 		})
@@ -128,9 +149,26 @@ before.`
 	return cmd
 }
 
+// settle is what a command that wrote again did: the changes its last try found to make
+// (final), where earlier tries that failed had written a change the last found made already
+// (earlier, by object): from what it changed, and whether the write's answer was lost.
+func settle(earlier map[string]versionChange, final []versionChange) []versionChange {
+	out := slices.Clone(final)
+	for i, c := range out {
+		e, ok := earlier[c.Object]
+		if c.From != c.To || !ok || e.From == e.To || e.To != c.To {
+			continue
+		}
+		out[i].From, out[i].Inherited, out[i].Pinned = e.From, e.Inherited, out[i].Pinned || e.Pinned
+		out[i].AnswerLost = !e.written
+	}
+	return out
+}
+
 // setVersion checks the version against the direction and the pins, pins it when asked,
 // and writes spec.version, each write conditional on the version of the object read.
-// Nothing is written until every check has passed.
+// Nothing is written until every check has passed; when a write fails, the changes it was
+// making are returned with the error.
 func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin string, allowTest bool, machines []string) ([]versionChange, error) {
 	ctx := cmd.Context()
 	cl, err := lc.Cluster(ctx)
@@ -212,7 +250,8 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 			cl.Spec.Version = v1alpha1.ReleaseVersion(version)
 		}
 		if _, err := lc.UpdateCluster(ctx, cl); err != nil {
-			return nil, conflict("Cluster", err)
+			changes[0].unanswered = true
+			return changes, conflict("Cluster", err)
 		}
 	}
 	for i, m := range ms {
@@ -221,7 +260,11 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 		}
 		m.Spec.Version = v1alpha1.ReleaseVersion(version)
 		if _, err := lc.UpdateMachine(ctx, m); err != nil {
-			return nil, fmt.Errorf("%w (%d of %d Machines were changed before it)", conflict("Machine "+m.Name, err), i, len(ms))
+			for j := range i {
+				changes[j].written = changes[j].From != version
+			}
+			changes[i].unanswered = true
+			return changes, fmt.Errorf("%w (%d of %d Machines were changed before it)", conflict("Machine "+m.Name, err), i, len(ms))
 		}
 	}
 	return changes, nil
