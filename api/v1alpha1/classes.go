@@ -28,6 +28,7 @@ var FieldClasses = []FieldClass{
 	{Path: "cluster.spec.disruptionBudget", Class: Live, Why: "policy read when a turn is granted"},
 	{Path: "cluster.spec.drain", Class: Live, Why: "policy read when a drain starts"},
 	{Path: "cluster.spec.maintenanceWindows", Class: Live, Why: "policy read when a turn is granted"},
+	{Path: "cluster.spec.rollout", Class: Live, Why: "policy read when a turn is granted"},
 	{Path: "cluster.spec.features.traefik", Class: RestartK3s, ServersOnly: true, Why: "k3s disable=traefik, read at k3s start"},
 	{Path: "cluster.spec.features.metricsServer", Class: RestartK3s, ServersOnly: true, Why: "k3s disable=metrics-server, read at k3s start"},
 	{Path: "cluster.spec.features.localStorage", Class: RestartK3s, ServersOnly: true, Why: "k3s disable=local-storage, read at k3s start"},

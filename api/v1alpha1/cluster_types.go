@@ -76,6 +76,9 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+	// Rollout pauses the reboots a change needs across the fleet (liken rollout pause).
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
 	// Drain says how a machine empties itself before it reboots.
 	// +optional
 	// +kubebuilder:default={}
@@ -146,6 +149,29 @@ type DisruptionBudget struct {
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
+
+// Rollout controls how the reboots a change needs move through the fleet.
+type Rollout struct {
+	// Paused stops new reboot turns: while it is true no machine is drained or rebooted
+	// for a change, whatever its approval or rebootPolicy. A turn given before finishes (a
+	// machine draining or in its trial completes it, or falls back); changes that apply
+	// live or by restarting k3s still apply.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// PausedBy names who paused, PausedAt when, and Reason why (liken rollout pause writes
+	// them; the Cluster's status and liken status show them).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PausedBy string `json:"pausedBy,omitempty"`
+	// +optional
+	PausedAt *metav1.Time `json:"pausedAt,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// IsPaused reports whether the rollout is paused.
+func (r *Rollout) IsPaused() bool { return r != nil && r.Paused }
 
 // Weekday is a day of the week.
 // +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday

@@ -90,6 +90,9 @@ const (
 	// held by a machine that does not come back, a machine runs another role than its
 	// Machine's, or the maintenance windows cannot be read.
 	ClusterDegraded = "Degraded"
+	// ClusterRolloutPaused is True while spec.rollout.paused stops new reboot turns; its
+	// message says who paused, when and why.
+	ClusterRolloutPaused = "RolloutPaused"
 )
 
 // Cluster condition reasons (and ReasonHealthy, ReasonRoleMismatch).
@@ -112,4 +115,7 @@ const (
 	// ReasonMaintenanceWindowInvalid: spec.maintenanceWindows cannot be read (an unknown
 	// time zone, say); Auto reboots wait until it is fixed.
 	ReasonMaintenanceWindowInvalid = "MaintenanceWindowInvalid"
+	// ReasonPaused and ReasonNotPaused: spec.rollout.paused is true, or not.
+	ReasonPaused    = "Paused"
+	ReasonNotPaused = "NotPaused"
 )

@@ -97,7 +97,7 @@ and 4 when it fails.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
-		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newStatus(), newLab())
+		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newRollout(), newStatus(), newLab())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

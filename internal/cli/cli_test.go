@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/test/apiserver"
 )
@@ -656,5 +658,59 @@ func TestUpgradeAndRollback(t *testing.T) {
 		if v, p, m := state(); [3]string{v, p, m} != tc.after {
 			t.Errorf("%s: after liken %v the Cluster's version, %s's pin and canary-1's version are %q; want %q", tc.name, tc.args, next, [3]string{v, p, m}, tc.after)
 		}
+	}
+}
+
+// TestRolloutPauseResume: rollout pause writes the Cluster's spec.rollout with who, when and
+// why, and says what it means; status shows the pause once the coordinator's condition says
+// so; resume clears it, and resuming a rollout not paused changes nothing.
+func TestRolloutPauseResume(t *testing.T) {
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureCluster(t, lc)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UTC().Truncate(time.Second)
+	code, out, errOut := run(t, "rollout", "pause", "--kubeconfig", kc, "--reason", "the canary's workloads", "--paused-by", "dana")
+	if code != exitOK || !strings.Contains(out, "the rollout is paused (spec.rollout.paused, by dana at ") || !strings.Contains(out, "the canary's workloads") {
+		t.Fatalf("rollout pause: exit %d %s\n%s", code, errOut, out)
+	}
+	cl, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cl.Spec.Rollout
+	if !r.IsPaused() || r.PausedBy != "dana" || r.Reason != "the canary's workloads" || r.PausedAt == nil || r.PausedAt.Time.Before(before) {
+		t.Errorf("spec.rollout after pause: %+v", r)
+	}
+	// The coordinator's condition, as it writes it (MakePlan), which status shows.
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonPaused, Message: coordinator.PausedMessage(r)})
+	if _, err := lc.UpdateClusterStatus(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := run(t, "status", "--kubeconfig", kc); code != exitOK || !strings.Contains(out, "RolloutPaused=True: the rollout is paused (spec.rollout.paused, by dana") {
+		t.Errorf("status while paused:\n%s", out)
+	}
+	code, out, errOut = run(t, "rollout", "resume", "--kubeconfig", kc)
+	if code != exitOK || !strings.Contains(out, "resumed (it was: the rollout is paused (spec.rollout.paused, by dana") {
+		t.Errorf("rollout resume: exit %d %s\n%s", code, errOut, out)
+	}
+	if cl, _ = lc.Cluster(t.Context()); cl.Spec.Rollout != nil {
+		t.Errorf("spec.rollout after resume: %+v", cl.Spec.Rollout)
+	}
+	if code, out, _ := run(t, "rollout", "resume", "--kubeconfig", kc); code != exitOK || !strings.Contains(out, "was not paused: nothing changed") {
+		t.Errorf("resume when not paused: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := run(t, "rollout", "pause", "now", "--kubeconfig", kc); code != exitUsage {
+		t.Errorf("rollout pause with an argument: exit %d, %s", code, errOut)
+	}
+	cl.Status = v1alpha1.ClusterStatus{}
+	if _, err := lc.UpdateClusterStatus(t.Context(), cl); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -110,7 +110,8 @@ what it waits for or what is wrong.`,
 					fmt.Fprintf(w, "drain blocked: %s (%d times): %s\n", b.Machine, b.Attempts, b.Message)
 				}
 				for _, c := range f.Conditions {
-					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) {
+					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) ||
+						(c.Type == v1alpha1.ClusterRolloutPaused && c.Status == metav1.ConditionTrue) {
 						fmt.Fprintf(w, "%s=%s: %s\n", c.Type, c.Status, c.Message)
 					}
 				}

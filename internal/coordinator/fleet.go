@@ -234,6 +234,22 @@ func MakePlan(f Fleet) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
+	paused := metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotPaused,
+		Message: "new reboot turns are given as the budget allows", ObservedGeneration: cl.Generation}
+	if r := cl.Spec.Rollout; r.IsPaused() {
+		// No new turn: whoever would have had one waits, as does everyone else, for the
+		// pause; turns given before go on.
+		why := PausedMessage(r)
+		for _, name := range d.Grant {
+			d.Wait[name] = why
+		}
+		for name := range d.Wait {
+			d.Wait[name] = why
+		}
+		d.Grant, d.Despite = nil, map[string][]string{}
+		paused = metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPaused,
+			Message: why, ObservedGeneration: cl.Generation}
+	}
 	for _, name := range d.Grant {
 		m := byName[name]
 		n := f.Nodes[name]
@@ -272,12 +288,29 @@ func MakePlan(f Fleet) (Plan, error) {
 	st.Waiting = waiting
 	st.Coordinator = f.Self
 	count(&st, cl, f.Machines, ms, notJoined, f.Now)
+	meta.SetStatusCondition(&st.Conditions, paused)
 	if windowErr != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonMaintenanceWindowInvalid, Message: windowErr.Error() + ": rebootPolicy Auto reboots wait until it is fixed", ObservedGeneration: cl.Generation})
 	}
 	p.Status = st
 	return p, nil
+}
+
+// PausedMessage says who paused the rollout, when and why, for the Cluster's status.
+func PausedMessage(r *v1alpha1.Rollout) string {
+	msg := "the rollout is paused (spec.rollout.paused"
+	if r.PausedBy != "" {
+		msg += ", by " + r.PausedBy
+	}
+	if r.PausedAt != nil {
+		msg += " at " + r.PausedAt.UTC().Format(time.RFC3339)
+	}
+	msg += ")"
+	if r.Reason != "" {
+		msg += ": " + r.Reason
+	}
+	return msg + "; no new reboot turn until liken rollout resume"
 }
 
 // count fills in the fleet's numbers and conditions.

@@ -144,3 +144,55 @@ func TestPlanServersDownFromTheApproval(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanPaused: while the Cluster's rollout is paused no turn is given, whoever waits
+// waits for the pause (who paused, when and why), a turn given before stays with its
+// machine, and the RolloutPaused condition says so; resumed, the turn is given.
+func TestPlanPaused(t *testing.T) {
+	ready := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	}
+	two := intstr.FromInt32(2)
+	at := metav1.NewTime(time.Date(2026, 12, 3, 17, 0, 0, 0, time.UTC))
+	cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &two},
+		Rollout: &v1alpha1.Rollout{Paused: true, PausedBy: "ops", PausedAt: &at, Reason: "the canary's workloads"}},
+		Status: v1alpha1.ClusterStatus{Turns: []v1alpha1.Turn{{Machine: "m1", PendingHash: "sha256:aa", Phase: v1alpha1.TurnDraining}}}}
+	waiting := func(name string) v1alpha1.Machine {
+		m := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+		m.Status.Reboot.State, m.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:aa"
+		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:aa"}}
+		return m
+	}
+	fleet := Fleet{Cluster: cl, Machines: []v1alpha1.Machine{waiting("m1"), waiting("m2")},
+		Nodes: map[string]*corev1.Node{"m1": ready("m1"), "m2": ready("m2")}, Self: "s", Now: time.Now()}
+	p, err := MakePlan(fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Granted) != 0 {
+		t.Errorf("granted %v while the rollout is paused", p.Granted)
+	}
+	if len(p.Status.Turns) != 1 || p.Status.Turns[0].Machine != "m1" || len(p.Released) != 0 {
+		t.Errorf("turns %+v, released %v: the turn given before the pause must stay with m1", p.Status.Turns, p.Released)
+	}
+	if len(p.Status.Waiting) != 1 || p.Status.Waiting[0].Machine != "m2" ||
+		p.Status.Waiting[0].Reason != "the rollout is paused (spec.rollout.paused, by ops at 2026-12-03T17:00:00Z): the canary's workloads; no new reboot turn until liken rollout resume" {
+		t.Errorf("waiting %+v; want m2 waiting for the pause, saying who paused, when and why", p.Status.Waiting)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ClusterRolloutPaused); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "by ops") {
+		t.Errorf("RolloutPaused %+v, want True naming who paused", c)
+	}
+
+	cl.Spec.Rollout = nil
+	p, err = MakePlan(fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Granted) != 1 || p.Granted[0] != "m2" {
+		t.Errorf("resumed: granted %v, want m2", p.Granted)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ClusterRolloutPaused); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("resumed: RolloutPaused %+v, want False", c)
+	}
+}

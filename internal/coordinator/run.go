@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -291,6 +292,7 @@ func (c *Coordinator) step(ctx context.Context) error {
 			return err
 		}
 	}
+	wasPaused := meta.IsStatusConditionTrue(cl.Status.Conditions, v1alpha1.ClusterRolloutPaused)
 	if !equality.Semantic.DeepEqual(p.Status, cl.Status) {
 		next := cl.DeepCopy()
 		next.Status = p.Status
@@ -299,6 +301,16 @@ func (c *Coordinator) step(ctx context.Context) error {
 		}
 	}
 	c.gauge(p.Status)
+	if paused := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ClusterRolloutPaused); paused != nil && c.cfg.Events != nil {
+		switch {
+		case paused.Status == metav1.ConditionTrue && !wasPaused:
+			c.log.Info("rollout paused", "why", paused.Message)
+			c.cfg.Events.Event(cl, corev1.EventTypeNormal, "RolloutPaused", paused.Message)
+		case paused.Status == metav1.ConditionFalse && wasPaused:
+			c.log.Info("rollout resumed")
+			c.cfg.Events.Event(cl, corev1.EventTypeNormal, "RolloutResumed", "the rollout goes on: new reboot turns are given as the budget allows")
+		}
+	}
 	c.cfg.Metrics.Released.Add(float64(len(p.Released)))
 	c.cfg.Metrics.Granted.Add(float64(len(p.Granted)))
 	for m, why := range p.Released {
