@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -909,5 +910,64 @@ func TestAPIServerAwayDuringRollout(t *testing.T) {
 		if f.node(a.name).Spec.Unschedulable {
 			t.Errorf("%s is left cordoned", a.name)
 		}
+	}
+}
+
+// reasons is a Recorder that keeps the reasons of the Events the coordinator records.
+type reasons struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (r *reasons) Event(obj runtime.Object, typ, reason, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, reason)
+}
+
+func (r *reasons) has(reason string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.seen, reason)
+}
+
+// TestRolloutPaused (issue 27 item 1): under Auto, with the rollout paused, a machine that
+// asks is told it waits for the pause and is given no turn; the Cluster says who paused, and
+// the coordinator records RolloutPaused; resumed, it reboots, and RolloutResumed is recorded.
+func TestRolloutPaused(t *testing.T) {
+	at := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) {
+		s.RebootPolicy = v1alpha1.RebootAuto
+		s.Rollout = &v1alpha1.Rollout{Paused: true, PausedBy: "ops", PausedAt: &at, Reason: "the canary"}
+	}, machines("pause", 2, v1alpha1.RoleAgent))
+	agents := f.agents(100*time.Millisecond, f.names...)
+	events := &reasons{}
+	f.coordinatorWith("srv-p", true, func(c *Config) { c.Events = events })
+	agents["pause1"].ask()
+	// The plan that says pause1 waits for the pause is the coordinator's decision on its
+	// ask: it gave no turn, and a machine reboots only on one.
+	f.waitFor("pause1 told it waits for the pause", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ClusterRolloutPaused)
+		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "pause1" && strings.Contains(st.Waiting[0].Reason, "the rollout is paused (spec.rollout.paused, by ops") &&
+			len(st.Turns) == 0 && c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "the canary")
+	})
+	if agents["pause1"].reboots.Load() != 0 {
+		t.Fatal("a machine rebooted while the rollout was paused")
+	}
+	f.waitFor("the RolloutPaused Event", 10*time.Second, func() bool { return events.has("RolloutPaused") })
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl := f.cluster()
+		cl.Spec.Rollout = nil
+		_, err := f.liken.UpdateCluster(t.Context(), cl)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("pause1 rebooted once resumed", 30*time.Second, func() bool { return agents["pause1"].reboots.Load() == 1 })
+	f.waitFor("the RolloutResumed Event", 10*time.Second, func() bool { return events.has("RolloutResumed") })
+	if c := meta.FindStatusCondition(f.cluster().Status.Conditions, v1alpha1.ClusterRolloutPaused); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("RolloutPaused after resume: %+v", c)
 	}
 }
