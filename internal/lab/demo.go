@@ -93,8 +93,11 @@ func demoObjects() (*appsv1.Deployment, *policyv1.PodDisruptionBudget, *corev1.S
 						Name: "demo", Image: DemoImage, ImagePullPolicy: corev1.PullIfNotPresent,
 						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: field("metadata.name")}, {Name: "NODE_NAME", ValueFrom: field("spec.nodeName")}},
+						// Ready at the first answer; not ready only after half a minute without
+						// one: a machine without KVM, starved of the host's CPU, may take
+						// seconds to answer a probe while its pod serves.
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-							PeriodSeconds: 2},
+							PeriodSeconds: 2, TimeoutSeconds: 5, FailureThreshold: 5},
 					}},
 					// Preferred, not required: one pod per machine while both can run one, and
 					// a drained machine's pod comes back on the other.

@@ -425,3 +425,10 @@ func demoReachesTheCluster(t *testing.T, client kubernetes.Interface, ports map[
 		}
 	}
 }
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
