@@ -139,10 +139,14 @@ func TestLabUpAndDown(t *testing.T) {
 	web := &workload{client: admin, name: lab.DemoName, replicas: 2, minAvailable: 1}
 	webBefore := web.waitOnNodes(t, labNodes, 2*time.Minute)
 	t.Logf("web's pods run on both machines: %s", podsOn(webBefore))
-	demoAnswered := "?"
-	if m := regexp.MustCompile(`\[ *([0-9.]+)s\] lab-\S+: the demo answers at`).FindAllStringSubmatch(out, -1); len(m) > 0 {
-		demoAnswered = m[len(m)-1][1]
+	// When up's stages came, in seconds of up (its output's own times).
+	at := func(stage string) string {
+		if m := regexp.MustCompile(`\[ *([0-9.]+)s\] ` + stage).FindAllStringSubmatch(out, -1); len(m) > 0 {
+			return m[len(m)-1][1] + " s"
+		}
+		return "?"
 	}
+	readyAt, demoAnswered := at("every machine Ready"), at(`lab-\S+: the demo answers at`)
 	st, err := lab.Read(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -520,8 +524,8 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
-	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): every machine Ready %s after the command started, release build included; the demo answering on both machines at %v s of lab up (its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
-		took.Round(time.Second), demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, netTook.Round(time.Second), trialDeadline, added.Round(time.Second))
+	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, netTook.Round(time.Second), trialDeadline, added.Round(time.Second))
 }
 
 // noLeftovers fails the test if a process the lab in dir started still runs, and stops it:
