@@ -141,7 +141,7 @@ func TestLabUpAndDown(t *testing.T) {
 	t.Logf("web's pods run on both machines: %s", podsOn(webBefore))
 	// When up's stages came, in seconds of up (its output's own times).
 	at := func(stage string) string {
-		if m := regexp.MustCompile(`\[ *([0-9.]+)s\] ` + stage).FindAllStringSubmatch(out, -1); len(m) > 0 {
+		if m := regexp.MustCompile(`\[ *([0-9.]+)s\] `+stage).FindAllStringSubmatch(out, -1); len(m) > 0 {
 			return m[len(m)-1][1] + " s"
 		}
 		return "?"
