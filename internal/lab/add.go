@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/identity"
@@ -49,11 +47,10 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 	}
 
 	// What the new agent installs: the release the Cluster runs now, from the lab's channel.
-	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	cfg, err := st.restConfig(20 * time.Second)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timeout = 20 * time.Second
 	lc, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, err

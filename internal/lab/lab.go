@@ -21,6 +21,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/qemu"
 )
@@ -107,6 +110,16 @@ func (s *State) Running() map[string]int {
 		}
 	}
 	return out
+}
+
+// restConfig is the lab's admin connection to its API, each request bounded by timeout.
+func (s *State) restConfig(timeout time.Duration) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = timeout
+	return cfg, nil
 }
 
 // vCPUs is m's virtual CPU count: one for a lab written before it was kept.

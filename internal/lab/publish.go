@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
@@ -34,11 +32,10 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 	if _, err := os.Stat(relDir); err == nil {
 		return "", fmt.Errorf("the lab already has release %s: give another --version", version)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	cfg, err := st.restConfig(20 * time.Second)
 	if err != nil {
 		return "", err
 	}
-	cfg.Timeout = 20 * time.Second
 	lc, err := kube.NewClient(cfg)
 	if err != nil {
 		return "", err

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
@@ -288,11 +287,10 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 
 // startDemo deploys the demo workload and waits until it answers on the machines.
 func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	cfg, err := s.restConfig(20 * time.Second)
 	if err != nil {
 		return err
 	}
-	cfg.Timeout = 20 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -334,11 +332,10 @@ var stages = []string{"booting", "k3s started", "Node Ready", "Machine Ready"}
 // them. from gives, for a machine booted again, where its console's new boot begins (what
 // came before is the last boot's).
 func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any), from map[string]int64) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	cfg, err := s.restConfig(10 * time.Second)
 	if err != nil {
 		return err
 	}
-	cfg.Timeout = 10 * time.Second
 	// Not NewForConfigOrDie: a panic would skip up's failure path and leave the machines.
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
