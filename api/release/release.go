@@ -278,6 +278,10 @@ const StandInPauseArchive = "pause.tar"
 // its own (k3s's is rancher/mirrored-coredns-coredns, with every plugin).
 const StandInCoreDNSImage = "docker.io/liken/stand-in-coredns:1.15.0"
 
+// StandInCoreDNSArchive is that image's archive in StandInImagesDir: a server deploys CoreDNS
+// when its release carries it.
+const StandInCoreDNSArchive = "coredns.tar"
+
 // The files a stand-in node with real components reads beside its node kubeconfig, which
 // init writes from the layer (k3s's agent gets the same from its server's supervisor).
 const (

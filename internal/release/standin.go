@@ -104,7 +104,7 @@ func putStandIn(source, pause string, epoch time.Time, put func(rel, src string,
 	}{
 		{apirelease.StandInPauseArchive, image.Spec{Ref: PauseImageRef, Entrypoint: []string{"/pause"}, User: "65535:65535",
 			Files: []image.File{{Path: "/pause", Mode: 0o755, Data: prog}}, Epoch: epoch}},
-		{"coredns.tar", image.Spec{Ref: apirelease.StandInCoreDNSImage, Entrypoint: []string{"/coredns"},
+		{apirelease.StandInCoreDNSArchive, image.Spec{Ref: apirelease.StandInCoreDNSImage, Entrypoint: []string{"/coredns"},
 			Files: []image.File{{Path: "/coredns", Mode: 0o755, Data: coredns}}, Epoch: epoch}},
 	} {
 		archive := filepath.Join(apirelease.StandInImagesDir, im.archive)

@@ -682,7 +682,7 @@ func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) 
 		Log: log, Args: map[string][]string{}}
 	// The release's CoreDNS image (an air-gap archive the nodes import), unless disabled as
 	// k3s's --disable coredns does.
-	if _, err := os.Stat(filepath.Join(apirelease.StandInImagesDir, "coredns.tar")); err == nil && !slices.Contains(c.list("disable"), "coredns") {
+	if _, err := os.Stat(filepath.Join(apirelease.StandInImagesDir, apirelease.StandInCoreDNSArchive)); err == nil && !slices.Contains(c.list("disable"), "coredns") {
 		cp.CoreDNSImage = apirelease.StandInCoreDNSImage
 	}
 	if cp.DataDir == "" {
