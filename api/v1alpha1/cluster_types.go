@@ -168,10 +168,34 @@ type Rollout struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Reason string `json:"reason,omitempty"`
+	// MaxFailures is how many machines may fail the trial of the same release (the same
+	// digest), or of the same kernel arguments, before the coordinator halts the rollout by
+	// itself: no new reboot turn, and turns still draining are taken back, as if paused.
+	// The Cluster's status.rollout lists the failed trials, and its RolloutPaused condition
+	// says Halted. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxFailures *int32 `json:"maxFailures,omitempty"`
+	// ResumedAt accepts the failed trials recorded up to it: a halt counts only later ones
+	// against maxFailures. liken rollout resume sets it to the time it runs.
+	// +optional
+	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
 }
 
-// IsPaused reports whether the rollout is paused.
+// IsPaused reports whether the rollout is paused by spec.rollout.paused.
 func (r *Rollout) IsPaused() bool { return r != nil && r.Paused }
+
+// DefaultMaxFailures is spec.rollout.maxFailures when unset.
+const DefaultMaxFailures = 1
+
+// FailureLimit is spec.rollout.maxFailures, or its default.
+func (r *Rollout) FailureLimit() int {
+	if r == nil || r.MaxFailures == nil || *r.MaxFailures < 1 {
+		return DefaultMaxFailures
+	}
+	return int(*r.MaxFailures)
+}
 
 // Weekday is a day of the week.
 // +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday
@@ -486,6 +510,49 @@ type RolloutStatus struct {
 	// StartedAt is when spec.version last changed.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// Failures are the failed trials of what the machines are meant to run now: the
+	// release each machine wants, and its kernel arguments. Those at or before
+	// spec.rollout.resumedAt are accepted and count no more against maxFailures.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	Failures []TrialFailure `json:"failures,omitempty"`
+	// Halted is set while the coordinator holds the rollout because maxFailures machines
+	// failed the trial of the same release or kernel arguments.
+	// +optional
+	Halted *RolloutHalt `json:"halted,omitempty"`
+}
+
+// TrialFailure is one machine's failed trial of what the fleet rolls out.
+type TrialFailure struct {
+	Machine string `json:"machine"`
+	// What failed, in words: a release and its digest, or kernel arguments.
+	What string `json:"what"`
+	// Key is what failures are counted by: the release's digest, or "kernelArgs:" and the
+	// arguments.
+	Key string `json:"key"`
+	// Reason is why the trial failed (a condition reason such as HealthDeadline), Message
+	// in words.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string      `json:"message,omitempty"`
+	At      metav1.Time `json:"at"`
+	// Accepted: an operator resumed the rollout after it (spec.rollout.resumedAt).
+	// +optional
+	Accepted bool `json:"accepted,omitempty"`
+}
+
+// RolloutHalt is why the coordinator holds the rollout.
+type RolloutHalt struct {
+	// What failed, as in the failures, and Key, what they are counted by.
+	What string `json:"what"`
+	Key  string `json:"key"`
+	// Machines are those whose trial of it failed and was not accepted.
+	// +listType=atomic
+	Machines []string `json:"machines"`
+	// MaxFailures is the limit reached.
+	MaxFailures int32 `json:"maxFailures"`
 }
 
 // TurnPhase is where a turn is.

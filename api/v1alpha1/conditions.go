@@ -90,8 +90,9 @@ const (
 	// held by a machine that does not come back, a machine runs another role than its
 	// Machine's, or the maintenance windows cannot be read.
 	ClusterDegraded = "Degraded"
-	// ClusterRolloutPaused is True while spec.rollout.paused stops new reboot turns; its
-	// message says who paused, when and why.
+	// ClusterRolloutPaused is True while spec.rollout.paused stops new reboot turns, or
+	// the coordinator halted the rollout after spec.rollout.maxFailures failed trials; its
+	// message says who paused, when and why, or which machines failed what.
 	ClusterRolloutPaused = "RolloutPaused"
 )
 
@@ -118,4 +119,9 @@ const (
 	// ReasonPaused and ReasonNotPaused: spec.rollout.paused is true, or not.
 	ReasonPaused    = "Paused"
 	ReasonNotPaused = "NotPaused"
+	// ReasonHalted: spec.rollout.maxFailures machines failed the trial of the same release
+	// or kernel arguments, so the coordinator holds the rollout as if paused; the message
+	// names them and why. liken rollout resume (spec.rollout.resumedAt) or another release
+	// goes on.
+	ReasonHalted = "Halted"
 )

@@ -400,6 +400,23 @@ type UpgradeStatus struct {
 	// +listType=map
 	// +listMapKey=digest
 	FailedReleases []FailedRelease `json:"failedReleases,omitempty"`
+	// FailedKernelArgs are the kernel arguments the spec asks for (the Cluster's, then the
+	// Machine's) when their trial failed here; they are not tried again until the spec asks
+	// for others.
+	// +optional
+	FailedKernelArgs *FailedArgs `json:"failedKernelArgs,omitempty"`
+}
+
+// FailedArgs are kernel arguments whose trial failed on this machine (the state the
+// agent keeps on disk has a type of the same name and shape).
+type FailedArgs struct {
+	// Args is the whole of what liken appends to the command line, as tried.
+	Args string `json:"args"`
+	// Reason the trial failed: a condition reason such as KernelPanic or HealthDeadline.
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string      `json:"message,omitempty"`
+	At      metav1.Time `json:"at"`
 }
 
 // FailedRelease is a release whose trial failed on this machine.

@@ -474,6 +474,9 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	if fa := a.st.FailedKernelArgs; fa != nil && fa.Args == args {
 		v.trialArgs = bi.KernelArgs // not tried again until the spec changes them
 		v.failed = &v1alpha1.FailedRelease{Reason: fa.Reason, Message: fmt.Sprintf("kernel arguments %q failed their trial: %s", fa.Args, fa.Message), At: fa.At}
+		// For the coordinator, which halts a rollout of the same arguments after
+		// spec.rollout.maxFailures such failures.
+		v.status.FailedKernelArgs = &v1alpha1.FailedArgs{Args: fa.Args, Reason: fa.Reason, Message: fa.Message, At: fa.At}
 	}
 	v.fromSettings = state.TrialHash(a.goodNetwork(), a.goodDisks())
 	h := state.TrialHash(m.Spec.Network, m.Spec.Disks)

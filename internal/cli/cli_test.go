@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"liken.dev/liken/api/v1alpha1"
@@ -674,6 +675,18 @@ func TestRolloutPauseResume(t *testing.T) {
 	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
 		t.Fatal(err)
 	}
+	three := int32(3)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl, err := lc.Cluster(t.Context())
+		if err != nil {
+			return err
+		}
+		cl.Spec.Rollout = &v1alpha1.Rollout{MaxFailures: &three}
+		_, err = lc.UpdateCluster(t.Context(), cl)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	before := time.Now().UTC().Truncate(time.Second)
 	code, out, errOut := run(t, "rollout", "pause", "--kubeconfig", kc, "--reason", "the canary's workloads", "--paused-by", "dana")
 	if code != exitOK || !strings.Contains(out, "the rollout is paused (spec.rollout.paused, by dana at ") || !strings.Contains(out, "the canary's workloads") {
@@ -684,8 +697,8 @@ func TestRolloutPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cl.Spec.Rollout
-	if !r.IsPaused() || r.PausedBy != "dana" || r.Reason != "the canary's workloads" || r.PausedAt == nil || r.PausedAt.Time.Before(before) {
-		t.Errorf("spec.rollout after pause: %+v", r)
+	if !r.IsPaused() || r.PausedBy != "dana" || r.Reason != "the canary's workloads" || r.PausedAt == nil || r.PausedAt.Time.Before(before) || r.FailureLimit() != 3 {
+		t.Errorf("spec.rollout after pause: %+v; want paused by dana, maxFailures kept", r)
 	}
 	// The coordinator's condition, as it writes it (MakePlan), which status shows.
 	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionTrue,
@@ -700,14 +713,58 @@ func TestRolloutPauseResume(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "resumed (it was: the rollout is paused (spec.rollout.paused, by dana") {
 		t.Errorf("rollout resume: exit %d %s\n%s", code, errOut, out)
 	}
-	if cl, _ = lc.Cluster(t.Context()); cl.Spec.Rollout != nil {
-		t.Errorf("spec.rollout after resume: %+v", cl.Spec.Rollout)
+	if cl, _ = lc.Cluster(t.Context()); cl.Spec.Rollout.IsPaused() || cl.Spec.Rollout.PausedBy != "" || cl.Spec.Rollout.FailureLimit() != 3 ||
+		cl.Spec.Rollout.ResumedAt == nil || cl.Spec.Rollout.ResumedAt.Time.Before(before) {
+		t.Errorf("spec.rollout after resume: %+v; want not paused, resumedAt now, maxFailures kept", cl.Spec.Rollout)
 	}
-	if code, out, _ := run(t, "rollout", "resume", "--kubeconfig", kc); code != exitOK || !strings.Contains(out, "was not paused: nothing changed") {
+	resumed := *cl.Spec.Rollout.ResumedAt
+	if code, out, _ := run(t, "rollout", "resume", "--kubeconfig", kc); code != exitOK || !strings.Contains(out, "neither paused nor halted: nothing changed") {
 		t.Errorf("resume when not paused: exit %d\n%s", code, out)
+	}
+	// Halted by the coordinator (as MakePlan writes it): status shows the failures, and a
+	// resume accepts them by moving resumedAt on, though spec.rollout.paused is false.
+	failedAt := metav1.NewTime(resumed.Add(time.Second))
+	fail := v1alpha1.TrialFailure{Machine: "w1", What: "release v2 (sha256:22)", Key: "sha256:22", Reason: v1alpha1.ReasonHealthDeadline, Message: "k3s never healthy", At: failedAt}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl, err := lc.Cluster(t.Context())
+		if err != nil {
+			return err
+		}
+		cl.Status.Rollout = &v1alpha1.RolloutStatus{TargetVersion: "v2", Failures: []v1alpha1.TrialFailure{fail},
+			Halted: &v1alpha1.RolloutHalt{What: fail.What, Key: fail.Key, Machines: []string{"w1"}, MaxFailures: 1}}
+		_, err = lc.UpdateClusterStatus(t.Context(), cl)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := run(t, "status", "--kubeconfig", kc); code != exitOK ||
+		!strings.Contains(out, "trial failed: w1, release v2 (sha256:22) at "+failedAt.UTC().Format(time.RFC3339)+": HealthDeadline: k3s never healthy\n") {
+		t.Errorf("status while halted:\n%s", out)
+	}
+	time.Sleep(time.Until(failedAt.Add(time.Second))) // resumedAt is to the second
+	code, out, errOut = run(t, "rollout", "resume", "--kubeconfig", kc)
+	if code != exitOK || !strings.Contains(out, "resumed after the halt (release v2 (sha256:22)); the failed trials up to ") {
+		t.Errorf("rollout resume after a halt: exit %d %s\n%s", code, errOut, out)
+	}
+	if cl, _ = lc.Cluster(t.Context()); cl.Spec.Rollout.ResumedAt == nil || cl.Spec.Rollout.ResumedAt.Before(&failedAt) {
+		t.Errorf("spec.rollout after resuming a halt: %+v; want resumedAt at or after the failure (%s)", cl.Spec.Rollout, failedAt)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl, err := lc.Cluster(t.Context())
+		if err != nil {
+			return err
+		}
+		cl.Spec.Rollout = nil
+		_, err = lc.UpdateCluster(t.Context(), cl)
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if code, _, errOut := run(t, "rollout", "pause", "now", "--kubeconfig", kc); code != exitUsage {
 		t.Errorf("rollout pause with an argument: exit %d, %s", code, errOut)
+	}
+	if cl, err = lc.Cluster(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 	cl.Status = v1alpha1.ClusterStatus{}
 	if _, err := lc.UpdateClusterStatus(t.Context(), cl); err != nil {

@@ -45,8 +45,14 @@ back), and changes that apply live or by restarting k3s still apply. The Cluster
 			if err != nil {
 				return err
 			}
-			r := &v1alpha1.Rollout{Paused: true, PausedBy: who, PausedAt: &metav1.Time{Time: time.Now().UTC().Truncate(time.Second)}, Reason: reason}
-			cl, was, err := setRollout(cmd.Context(), lc, r)
+			var r v1alpha1.Rollout
+			cl, was, err := setRollout(cmd.Context(), lc, func(_ *v1alpha1.Cluster, cur *v1alpha1.Rollout) bool {
+				// maxFailures and resumedAt stay as they are.
+				r = *cur
+				r.Paused, r.PausedBy, r.PausedAt, r.Reason = true, who, &metav1.Time{Time: time.Now().UTC().Truncate(time.Second)}, reason
+				*cur = r
+				return true
+			})
 			if err != nil {
 				return err
 			}
@@ -54,7 +60,7 @@ back), and changes that apply live or by restarting k3s still apply. The Cluster
 				if was.IsPaused() {
 					fmt.Fprintln(w, "the rollout was paused already; paused again, now:")
 				}
-				fmt.Fprintln(w, coordinator.PausedMessage(r))
+				fmt.Fprintln(w, coordinator.PausedMessage(&r))
 				fmt.Fprintln(w, "turns given before finish; liken status shows them")
 			})
 		},
@@ -72,9 +78,13 @@ func newRolloutResume() *cobra.Command {
 		k kubeFlags
 	)
 	cmd := &cobra.Command{
-		Use:     "resume",
-		Short:   "give reboot turns again, as the budget allows",
-		Long:    `Clears the Cluster's spec.rollout: machines waiting for a turn get one again as the disruption budget allows.`,
+		Use:   "resume",
+		Short: "give reboot turns again, as the budget allows",
+		Long: `Clears the Cluster's spec.rollout.paused (and who paused, when and why) and sets
+spec.rollout.resumedAt to now: the failed trials recorded so far are accepted, so a rollout
+the coordinator halted after spec.rollout.maxFailures of them goes on, and halts again only
+after as many new ones. Machines waiting for a turn get one again as the disruption budget
+allows.`,
 		Example: `  liken rollout resume && liken status`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -85,16 +95,29 @@ func newRolloutResume() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, was, err := setRollout(cmd.Context(), lc, nil)
+			now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+			cl, was, err := setRollout(cmd.Context(), lc, func(c *v1alpha1.Cluster, r *v1alpha1.Rollout) bool {
+				if !r.Paused && !halted(c) {
+					return false
+				}
+				r.Paused, r.PausedBy, r.PausedAt, r.Reason, r.ResumedAt = false, "", nil, "", &now
+				return true
+			})
 			if err != nil {
 				return err
 			}
 			return o.print(cmd.OutOrStdout(), cl.Spec.Rollout, func(w io.Writer) {
-				if !was.IsPaused() {
-					fmt.Fprintln(w, "the rollout was not paused: nothing changed")
+				h := halted(cl)
+				switch {
+				case !was.IsPaused() && !h:
+					fmt.Fprintln(w, "the rollout was neither paused nor halted: nothing changed")
 					return
+				case was.IsPaused():
+					fmt.Fprintf(w, "resumed (it was: %s)\n", coordinator.PausedMessage(was))
 				}
-				fmt.Fprintf(w, "resumed (it was: %s)\n", coordinator.PausedMessage(was))
+				if h {
+					fmt.Fprintf(w, "resumed after the halt (%s); the failed trials up to %s are accepted\n", cl.Status.Rollout.Halted.What, now.UTC().Format(time.RFC3339))
+				}
 			})
 		},
 	}
@@ -103,16 +126,21 @@ func newRolloutResume() *cobra.Command {
 	return cmd
 }
 
-// setRollout writes the Cluster's spec.rollout (nil clears it), again from a fresh read
-// after a conflict or a passing failure, and returns the Cluster and what it was before.
-func setRollout(ctx context.Context, lc *kube.Client, r *v1alpha1.Rollout) (cl *v1alpha1.Cluster, was *v1alpha1.Rollout, err error) {
+// setRollout changes the Cluster's spec.rollout with change (given the Cluster as read; it says whether anything
+// is to be written), again from a fresh read after a conflict or a passing failure, and
+// returns the Cluster and what spec.rollout was before.
+func setRollout(ctx context.Context, lc *kube.Client, change func(c *v1alpha1.Cluster, r *v1alpha1.Rollout) bool) (cl *v1alpha1.Cluster, was *v1alpha1.Rollout, err error) {
 	err = kube.Retry(ctx, time.Minute, func(ctx context.Context) error {
 		c, err := lc.Cluster(ctx)
 		if err != nil {
 			return fmt.Errorf("reading the Cluster: %w", err)
 		}
-		was = c.Spec.Rollout
-		if !was.IsPaused() && r == nil {
+		was = c.Spec.Rollout.DeepCopy()
+		r := c.Spec.Rollout.DeepCopy()
+		if r == nil {
+			r = &v1alpha1.Rollout{}
+		}
+		if !change(c, r) {
 			cl = c
 			return nil
 		}
@@ -123,4 +151,9 @@ func setRollout(ctx context.Context, lc *kube.Client, r *v1alpha1.Rollout) (cl *
 		return nil
 	})
 	return cl, was, err
+}
+
+// halted: the coordinator holds the rollout after failed trials (the Cluster's status).
+func halted(cl *v1alpha1.Cluster) bool {
+	return cl != nil && cl.Status.Rollout != nil && cl.Status.Rollout.Halted != nil
 }

@@ -24,8 +24,11 @@ type fleet struct {
 	Coordinator  string                `json:"coordinator,omitempty"`
 	Turns        []v1alpha1.Turn       `json:"turns,omitempty"`
 	DrainBlocked []v1alpha1.DrainBlock `json:"drainBlocked,omitempty"`
-	Conditions   []metav1.Condition    `json:"conditions,omitempty"`
-	Machines     []machineState        `json:"machines"`
+	// TrialFailures are the failed trials of what the machines are meant to run now, which
+	// count towards spec.rollout.maxFailures unless accepted.
+	TrialFailures []v1alpha1.TrialFailure `json:"trialFailures,omitempty"`
+	Conditions    []metav1.Condition      `json:"conditions,omitempty"`
+	Machines      []machineState          `json:"machines"`
 }
 
 // machineState is one Machine's row.
@@ -70,6 +73,9 @@ what it waits for or what is wrong.`,
 			}
 			f.Version, f.Policy = string(c.Spec.Version), string(c.Spec.RebootPolicy)
 			f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
+			if c.Status.Rollout != nil {
+				f.TrialFailures = c.Status.Rollout.Failures
+			}
 			if f.Policy == "" {
 				f.Policy = string(v1alpha1.RebootManual)
 			}
@@ -108,6 +114,13 @@ what it waits for or what is wrong.`,
 				}
 				for _, b := range f.DrainBlocked {
 					fmt.Fprintf(w, "drain blocked: %s (%d times): %s\n", b.Machine, b.Attempts, b.Message)
+				}
+				for _, tf := range f.TrialFailures {
+					accepted := ""
+					if tf.Accepted {
+						accepted = " (accepted by liken rollout resume)"
+					}
+					fmt.Fprintf(w, "trial failed: %s, %s at %s: %s: %s%s\n", tf.Machine, tf.What, tf.At.UTC().Format(time.RFC3339), tf.Reason, tf.Message, accepted)
 				}
 				for _, c := range f.Conditions {
 					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) ||

@@ -248,6 +248,9 @@ type fakeAgent struct {
 	// verifyFor keeps it Verifying that long after it is back; verified is when that ends.
 	verifyFor time.Duration
 	verified  atomic.Int64
+	// failTrial: back from its reboot, it reports that the trial of the Cluster's release
+	// failed and it fell back, as an agent does.
+	failTrial bool
 	reboots   atomic.Int32
 	set       atomic.Int32 // pending sets asked for so far
 }
@@ -329,6 +332,12 @@ func (a *fakeAgent) run(ctx context.Context) {
 			}
 			a.writeStatus(func(s *v1alpha1.MachineStatus) {
 				s.Reboot.State, s.PendingHash, s.PendingCount = v1alpha1.RebootNone, "", 0
+				if a.failTrial {
+					s.Upgrade.State = v1alpha1.UpgradeFellBack
+					s.Upgrade.FailedReleases = append(s.Upgrade.FailedReleases, v1alpha1.FailedRelease{
+						Digest: string(cl.Spec.Releases[string(cl.Spec.Version)]), Version: string(cl.Spec.Version),
+						Reason: v1alpha1.ReasonHealthDeadline, Message: "the test's trial fails", At: metav1.NewTime(time.Now().UTC().Truncate(time.Second))})
+				}
 			})
 		}
 	}
@@ -969,5 +978,92 @@ func TestRolloutPaused(t *testing.T) {
 	f.waitFor("the RolloutResumed Event", 10*time.Second, func() bool { return events.has("RolloutResumed") })
 	if c := meta.FindStatusCondition(f.cluster().Status.Conditions, v1alpha1.ClusterRolloutPaused); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("RolloutPaused after resume: %+v", c)
+	}
+}
+
+// TestRolloutHalts: under Auto, four machines want a release whose trial fails on each.
+// With maxFailures at its default of 1, the first machine's failure halts the rollout: the
+// Cluster says so (RolloutPaused, Halted, naming it; status.rollout.failures; a
+// RolloutHalted Event), and no other machine is given a turn, as a watch of every version
+// of the Cluster's status shows. A resume accepts that failure: one more machine tries,
+// fails, and the rollout halts again, with two machines untouched.
+func TestRolloutHalts(t *testing.T) {
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.RebootPolicy = v1alpha1.RebootAuto }, machines("halt", 4, v1alpha1.RoleAgent))
+	seen := f.watchTurns()
+	// Down 1.5 s: a failure is recorded to the second, as is a resume, and one in the
+	// resume's second counts as accepted.
+	agents := f.agents(1500*time.Millisecond, f.names...)
+	for _, a := range agents {
+		a.failTrial = true
+	}
+	events := &reasons{}
+	metrics := f.coordinatorWith("srv-h", true, func(c *Config) { c.Events = events })
+	for _, a := range agents {
+		a.ask()
+	}
+	touched := func() map[string]bool {
+		out := map[string]bool{}
+		for _, holders := range seen() {
+			for _, m := range holders {
+				out[m] = true
+			}
+		}
+		return out
+	}
+	halted := func(n int) func() bool {
+		return func() bool {
+			st := f.cluster().Status
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ClusterRolloutPaused)
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHalted &&
+				st.Rollout != nil && st.Rollout.Halted != nil && len(st.Rollout.Failures) == n && len(st.Turns) == 0
+		}
+	}
+	f.waitFor("the rollout halted after the first failed trial", 30*time.Second, halted(1))
+	st := f.cluster().Status
+	first := st.Rollout.Halted.Machines[0]
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ClusterRolloutPaused); !strings.Contains(c.Message, first+" (HealthDeadline: the test's trial fails)") {
+		t.Errorf("RolloutPaused says %q; want the failed machine and why", c.Message)
+	}
+	f.waitFor("the RolloutHalted Event", 10*time.Second, func() bool { return events.has("RolloutHalted") })
+	// Ten of the coordinator's resync periods: nobody else is given a turn.
+	time.Sleep(3 * time.Second)
+	if got := touched(); len(got) != 1 || !got[first] {
+		t.Fatalf("machines given a turn: %v; want only %s, whose trial failed", keys(got), first)
+	}
+	for _, w := range f.cluster().Status.Waiting {
+		if !strings.HasPrefix(w.Reason, "the rollout halted") {
+			t.Errorf("%s waits for %q, want the halt", w.Machine, w.Reason)
+		}
+	}
+	if n := testutil.ToFloat64(metrics.Halts); n != 1 {
+		t.Errorf("liken_coordinator_rollout_halts_total = %v, want 1", n)
+	}
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cl := f.cluster()
+		now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+		cl.Spec.Rollout = &v1alpha1.Rollout{ResumedAt: &now}
+		_, err := f.liken.UpdateCluster(t.Context(), cl)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("one more machine tried and the rollout halted again", 60*time.Second, func() bool {
+		return halted(2)() && len(touched()) == 2
+	})
+	time.Sleep(3 * time.Second)
+	got := touched()
+	if len(got) != 2 {
+		t.Fatalf("machines given a turn: %v; want two: one before the resume, one after", keys(got))
+	}
+	st = f.cluster().Status
+	if h := st.Rollout.Halted; len(h.Machines) != 1 || h.Machines[0] == first || !st.Rollout.Failures[0].Accepted || st.Rollout.Failures[1].Accepted {
+		t.Errorf("after the resume: halted %+v, failures %+v; want the second machine alone, the first failure accepted", h, st.Rollout.Failures)
+	}
+	for _, a := range agents {
+		if want := map[bool]int32{true: 1, false: 0}[got[a.name]]; a.reboots.Load() != want {
+			t.Errorf("%s rebooted %d times, want %d", a.name, a.reboots.Load(), want)
+		}
 	}
 }

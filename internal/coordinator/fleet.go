@@ -150,9 +150,17 @@ func MakePlan(f Fleet) (Plan, error) {
 	}
 	now := metav1.NewTime(f.Now.UTC().Truncate(time.Second))
 
+	failures := TrialFailures(cl, f.Machines)
+	halt := Halt(failures, cl.Spec.Rollout.FailureLimit())
 	var turns []v1alpha1.Turn
 	for _, t := range st.Turns {
-		if keep, why := holding(t, byName[t.Machine]); !keep {
+		keep, why := holding(t, byName[t.Machine])
+		if keep && halt != nil && t.Phase == v1alpha1.TurnDraining {
+			// Not drained yet: no further machine is emptied for what failed. One drained
+			// already goes down, and its trial commits or falls back.
+			keep, why = false, "the rollout halted: "+halt.What+" failed its trial on "+strings.Join(halt.Machines, ", ")
+		}
+		if !keep {
 			p.Released[t.Machine] = why
 			if f.Nodes[t.Machine] != nil && !t.CordonedBefore && t.Phase != "" {
 				p.Uncordon = append(p.Uncordon, t.Machine)
@@ -236,10 +244,19 @@ func MakePlan(f Fleet) (Plan, error) {
 	}
 	paused := metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotPaused,
 		Message: "new reboot turns are given as the budget allows", ObservedGeneration: cl.Generation}
-	if r := cl.Spec.Rollout; r.IsPaused() {
+	if r := cl.Spec.Rollout; r.IsPaused() || halt != nil {
 		// No new turn: whoever would have had one waits, as does everyone else, for the
 		// pause; turns given before go on.
-		why := PausedMessage(r)
+		why, reason := "", v1alpha1.ReasonPaused
+		switch {
+		case halt != nil:
+			why, reason = HaltMessage(halt, failures), v1alpha1.ReasonHalted
+			if r.IsPaused() {
+				why += "; besides, " + PausedMessage(r)
+			}
+		default:
+			why = PausedMessage(r)
+		}
 		for _, name := range d.Grant {
 			d.Wait[name] = why
 		}
@@ -247,7 +264,7 @@ func MakePlan(f Fleet) (Plan, error) {
 			d.Wait[name] = why
 		}
 		d.Grant, d.Despite = nil, map[string][]string{}
-		paused = metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPaused,
+		paused = metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionTrue, Reason: reason,
 			Message: why, ObservedGeneration: cl.Generation}
 	}
 	for _, name := range d.Grant {
@@ -288,6 +305,7 @@ func MakePlan(f Fleet) (Plan, error) {
 	st.Waiting = waiting
 	st.Coordinator = f.Self
 	count(&st, cl, f.Machines, ms, notJoined, f.Now)
+	st.Rollout.Failures, st.Rollout.Halted = failures, halt
 	meta.SetStatusCondition(&st.Conditions, paused)
 	if windowErr != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,

@@ -196,3 +196,151 @@ func TestPlanPaused(t *testing.T) {
 		t.Errorf("resumed: RolloutPaused %+v, want False", c)
 	}
 }
+
+// TestPlanHalts: once spec.rollout.maxFailures machines failed the trial of the release
+// they are meant to run (or of the same kernel arguments), no turn is given and a turn
+// still draining is taken back, while one drained already goes on; failures of another
+// release, or accepted by a resume, do not count.
+func TestPlanHalts(t *testing.T) {
+	ready := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	}
+	t1 := metav1.NewTime(time.Date(2026, 12, 3, 17, 0, 0, 0, time.UTC))
+	t2 := metav1.NewTime(t1.Add(time.Minute))
+	failedV2 := func(at metav1.Time) []v1alpha1.FailedRelease {
+		return []v1alpha1.FailedRelease{{Digest: "sha256:v2", Version: "v2", Reason: v1alpha1.ReasonHealthDeadline, Message: "k3s never healthy", At: at}}
+	}
+	type machine struct {
+		name      string
+		state     v1alpha1.RebootState
+		failed    []v1alpha1.FailedRelease
+		args      *v1alpha1.FailedArgs
+		turnPhase v1alpha1.TurnPhase // holds a turn in this phase
+		retry     v1alpha1.Digest    // its spec.retryFailedDigest
+	}
+	args := &v1alpha1.FailedArgs{Args: "quiet", Reason: v1alpha1.ReasonKernelPanic, Message: "panic", At: t1}
+	for _, tt := range []struct {
+		name        string
+		maxFailures int32
+		resumedAt   *metav1.Time
+		version     string
+		machines    []machine
+		halted      []string // the machines the halt names; nil: no halt
+		key         string
+		granted     []string
+		released    []string
+		failures    int // listed in status.rollout.failures
+	}{
+		{name: "one failure halts by default", version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t1)},
+			{name: "m2", state: v1alpha1.RebootDraining, turnPhase: v1alpha1.TurnDraining},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, halted: []string{"m1"}, key: "sha256:v2", released: []string{"m2"}, failures: 1},
+		{name: "a drained turn goes on", version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t1)},
+			{name: "m2", state: v1alpha1.RebootRebooting, turnPhase: v1alpha1.TurnDrained},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, halted: []string{"m1"}, key: "sha256:v2", failures: 1},
+		{name: "below maxFailures", maxFailures: 2, version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t1)},
+			{name: "m2", state: v1alpha1.RebootDraining, turnPhase: v1alpha1.TurnDraining},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, granted: []string{"m3"}, failures: 1},
+		{name: "maxFailures reached", maxFailures: 2, version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t2)},
+			{name: "m2", failed: failedV2(t1)},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, halted: []string{"m2", "m1"}, key: "sha256:v2", failures: 2},
+		{name: "accepted by a resume", resumedAt: &t1, version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t1)},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, granted: []string{"m3"}, failures: 1},
+		{name: "a failure after the resume halts again", resumedAt: &t1, version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t1)},
+			{name: "m2", failed: failedV2(t2)},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, halted: []string{"m2"}, key: "sha256:v2", failures: 2},
+		{name: "a retry accepts the machine's failure", version: "v2", machines: []machine{
+			{name: "m1", failed: failedV2(t1), retry: "sha256:v2"},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, granted: []string{"m3"}, failures: 1},
+		{name: "the retry's own failure counts", version: "v2", machines: []machine{
+			{name: "m1", failed: []v1alpha1.FailedRelease{{Digest: "sha256:v2", Reason: v1alpha1.ReasonWatchdog, At: t2, Retried: true}}, retry: "sha256:v2"},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, halted: []string{"m1"}, key: "sha256:v2", failures: 1},
+		{name: "another release's failure is history", version: "v3", machines: []machine{
+			{name: "m1", failed: failedV2(t1)},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, granted: []string{"m3"}},
+		{name: "the same kernel arguments", maxFailures: 2, version: "v2", machines: []machine{
+			{name: "m1", args: args},
+			{name: "m2", args: args},
+			{name: "m3", state: v1alpha1.RebootWaitingForTurn},
+		}, halted: []string{"m1", "m2"}, key: KernelArgsKey + "quiet", failures: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			budget := intstr.FromInt32(2)
+			cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Version: v1alpha1.ReleaseVersion(tt.version),
+				Releases:         map[string]v1alpha1.Digest{"v2": "sha256:v2", "v3": "sha256:v3"},
+				DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &budget}}}
+			if tt.maxFailures != 0 || tt.resumedAt != nil {
+				cl.Spec.Rollout = &v1alpha1.Rollout{ResumedAt: tt.resumedAt}
+				if tt.maxFailures != 0 {
+					cl.Spec.Rollout.MaxFailures = &tt.maxFailures
+				}
+			}
+			f := Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: "s", Now: t2.Add(time.Minute)}
+			for _, x := range tt.machines {
+				m := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: x.name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+				m.Status.Reboot.State, m.Spec.RetryFailedDigest = x.state, x.retry
+				m.Status.Upgrade.FailedReleases, m.Status.Upgrade.FailedKernelArgs = x.failed, x.args
+				if x.state != "" {
+					m.Status.PendingHash = "sha256:aa"
+					m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:aa"}}
+				}
+				if x.turnPhase != "" {
+					cl.Status.Turns = append(cl.Status.Turns, v1alpha1.Turn{Machine: x.name, PendingHash: "sha256:aa", Phase: x.turnPhase, Since: t1})
+				}
+				f.Machines = append(f.Machines, m)
+				f.Nodes[x.name] = ready(x.name)
+			}
+			p, err := MakePlan(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ro := p.Status.Rollout
+			if len(ro.Failures) != tt.failures {
+				t.Errorf("status.rollout.failures %+v, want %d", ro.Failures, tt.failures)
+			}
+			c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ClusterRolloutPaused)
+			if tt.halted == nil {
+				if ro.Halted != nil || c.Status != metav1.ConditionFalse {
+					t.Errorf("halted %+v, RolloutPaused %+v; want no halt", ro.Halted, c)
+				}
+			} else {
+				if ro.Halted == nil || strings.Join(ro.Halted.Machines, ",") != strings.Join(tt.halted, ",") || ro.Halted.Key != tt.key {
+					t.Fatalf("halted %+v, want %v for %s", ro.Halted, tt.halted, tt.key)
+				}
+				if c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonHalted || !strings.Contains(c.Message, tt.halted[0]+" (") {
+					t.Errorf("RolloutPaused %+v, want True, Halted, naming %s and why", c, tt.halted[0])
+				}
+				for _, w := range p.Status.Waiting {
+					if w.Reason != c.Message {
+						t.Errorf("%s waits for %q, want the halt", w.Machine, w.Reason)
+					}
+				}
+			}
+			if strings.Join(p.Granted, ",") != strings.Join(tt.granted, ",") {
+				t.Errorf("granted %v, want %v", p.Granted, tt.granted)
+			}
+			var released []string
+			for m := range p.Released {
+				released = append(released, m)
+			}
+			if strings.Join(released, ",") != strings.Join(tt.released, ",") || strings.Join(p.Uncordon, ",") != strings.Join(tt.released, ",") {
+				t.Errorf("released %v, uncordoned %v; want %v", p.Released, p.Uncordon, tt.released)
+			}
+		})
+	}
+}

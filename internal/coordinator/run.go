@@ -292,7 +292,8 @@ func (c *Coordinator) step(ctx context.Context) error {
 			return err
 		}
 	}
-	wasPaused := meta.IsStatusConditionTrue(cl.Status.Conditions, v1alpha1.ClusterRolloutPaused)
+	was := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ClusterRolloutPaused)
+	wasPaused, wasHalted := was != nil && was.Status == metav1.ConditionTrue, was != nil && was.Reason == v1alpha1.ReasonHalted
 	if !equality.Semantic.DeepEqual(p.Status, cl.Status) {
 		next := cl.DeepCopy()
 		next.Status = p.Status
@@ -303,6 +304,10 @@ func (c *Coordinator) step(ctx context.Context) error {
 	c.gauge(p.Status)
 	if paused := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ClusterRolloutPaused); paused != nil && c.cfg.Events != nil {
 		switch {
+		case paused.Reason == v1alpha1.ReasonHalted && !wasHalted:
+			c.log.Warn("rollout halted", "why", paused.Message)
+			c.cfg.Metrics.Halts.Inc()
+			c.cfg.Events.Event(cl, corev1.EventTypeWarning, "RolloutHalted", paused.Message)
 		case paused.Status == metav1.ConditionTrue && !wasPaused:
 			c.log.Info("rollout paused", "why", paused.Message)
 			c.cfg.Events.Event(cl, corev1.EventTypeNormal, "RolloutPaused", paused.Message)
