@@ -200,6 +200,16 @@ func TestContainerdRunsAPod(t *testing.T) {
 // namespace with ctr, as k3s imports agent/images.
 func importPause(t *testing.T, n *Node) {
 	t.Helper()
+	archive := pauseArchive(t, n)
+	if out, err := exec.Command(filepath.Join(apiserver.ToolsDir(), "ctr"), "--address", n.ContainerdSocket(), "-n", "k8s.io",
+		"images", "import", archive).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+}
+
+// pauseArchive builds the pause image from liken-pause into an archive, as the release has it.
+func pauseArchive(t *testing.T, n *Node) string {
+	t.Helper()
 	dir := t.TempDir()
 	pause := filepath.Join(dir, "pause")
 	buildStatic(t, pause, "liken.dev/liken/cmd/liken-pause")
@@ -211,9 +221,54 @@ func importPause(t *testing.T, n *Node) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if out, err := exec.Command(filepath.Join(apiserver.ToolsDir(), "ctr"), "--address", n.ContainerdSocket(), "-n", "k8s.io",
-		"images", "import", archive).CombinedOutput(); err != nil {
-		t.Fatalf("ctr images import: %v\n%s", err, out)
+	return archive
+}
+
+// TestReleaseImagesImportedOnce: a release's image archive is imported at the first start and
+// not at the next while containerd still holds its image; once the image is gone (pruned), or
+// the archive changed, it is imported again. An operator's archive in agent/images is
+// imported every time, as k3s does.
+func TestReleaseImagesImportedOnce(t *testing.T) {
+	n, _, _ := startContainerd(t)
+	ctr := filepath.Join(apiserver.ToolsDir(), "ctr")
+	archive := pauseArchive(t, n)
+	operators := filepath.Join(n.agent("images"), "mine.tar")
+	if err := os.MkdirAll(filepath.Dir(operators), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(archive); err != nil || os.WriteFile(operators, b, 0o644) != nil {
+		t.Fatal(err)
+	}
+	imports := func(what string, archives ...string) string {
+		t.Helper()
+		var log strings.Builder
+		if err := n.importImages(t.Context(), ctr, archives, &log); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return log.String()
+	}
+	if out := imports("first start", archive); !strings.Contains(out, "imported "+archive+" in ") {
+		t.Fatalf("first start: %s", out)
+	}
+	if out := imports("second start", archive, operators); !strings.Contains(out, archive+" imported already, its images [index.docker.io/"+n.PauseImage+"]") ||
+		!strings.Contains(out, "imported "+operators+" in ") {
+		t.Errorf("second start: %s; want the release's archive skipped, the operator's imported", out)
+	}
+	if out, err := exec.Command(ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "rm", "docker.io/"+n.PauseImage).CombinedOutput(); err != nil {
+		t.Fatalf("removing the image: %v: %s", err, out)
+	}
+	if out := imports("after the image was removed", archive); !strings.Contains(out, "imported "+archive+" in ") {
+		t.Errorf("after the image was removed: %s; want it imported again", out)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(archive, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if out := imports("after the archive changed", archive); !strings.Contains(out, "imported "+archive+" in ") {
+		t.Errorf("after the archive changed: %s; want it imported again", out)
+	}
+	if out := imports("once more", archive); !strings.Contains(out, "imported already") {
+		t.Errorf("once more: %s; want it skipped", out)
 	}
 }
 

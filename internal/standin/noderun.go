@@ -260,15 +260,39 @@ func (n *Node) imageArchives() (now, later []string, err error) {
 	return now, later, nil
 }
 
-// importImages imports archives into containerd's k8s.io namespace, one after the other.
+// importImages imports archives into containerd's k8s.io namespace, one after the other: the
+// operator's (agent/images) every time, as k3s does, and the release's unless imported
+// already as they are (imports.go).
 func (n *Node) importImages(ctx context.Context, ctr string, archives []string, log io.Writer) error {
 	for _, a := range archives {
 		start := time.Now()
+		release := filepath.Dir(a) != n.agent("images")
+		var rec importRecord
+		if release {
+			importsMu.Lock()
+			recs := n.readImports()
+			importsMu.Unlock()
+			done, r, err := n.alreadyImported(ctx, ctr, a, recs)
+			if err != nil {
+				return fmt.Errorf("importing %s: %w", a, err)
+			}
+			if done {
+				fmt.Fprintf(log, "k3s-standin: %s imported already, its images %v in containerd (checked in %s)\n", a, r.Images, time.Since(start).Round(time.Millisecond))
+				continue
+			}
+			rec = r
+		}
 		out, err := exec.CommandContext(ctx, ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", a).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("importing %s: %w: %s", a, err, out)
 		}
 		fmt.Fprintf(log, "k3s-standin: imported %s in %s: %s\n", a, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+		if release {
+			if err := n.recordImport(a, rec); err != nil {
+				// Only costs an import at the next start.
+				fmt.Fprintf(log, "k3s-standin: recording the import of %s: %v\n", a, err)
+			}
+		}
 	}
 	return nil
 }
