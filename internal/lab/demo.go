@@ -220,6 +220,35 @@ func (s *State) waitDemo(ctx context.Context, timeout time.Duration, say func(st
 	}
 }
 
+// demoPods says where the demo's pods are and how they are, for an error: the machine whose
+// node port does not answer may have none (the spread is only preferred), or one not ready.
+func demoPods(ctx context.Context, client kubernetes.Interface) string {
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + DemoName})
+	if err != nil {
+		return "not listed: " + err.Error()
+	}
+	var out []string
+	for _, p := range pods.Items {
+		d := fmt.Sprintf("%s on %q: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady || (c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue) {
+				d += fmt.Sprintf(", %s=%s %s", c.Type, c.Status, c.Message)
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				d += fmt.Sprintf(", container %s waiting: %s %s", cs.Name, w.Reason, w.Message)
+			}
+			d += fmt.Sprintf(", %d restarts", cs.RestartCount)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
 // freePort is a TCP port of the host's loopback free right now.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -306,8 +306,11 @@ func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
 		return fmt.Errorf("deploying the demo: %w", err)
 	}
 	say("the demo deployed (%s): Deployment, PodDisruptionBudget and NodePort Service %s, its image pulled from the lab's registry", filepath.Join(s.Dir, "demo.yaml"), DemoName)
-	if _, err := s.waitDemo(ctx, 5*time.Minute, say); err != nil {
-		return err
+	// Alone on a 2-core host without KVM the demo answered on both machines within a minute
+	// of being deployed; beside the VM tier's other machines, the agent's after 4.5 minutes
+	// (December 2026, the server's Node Ready only at 11 minutes).
+	if _, err := s.waitDemo(ctx, 10*time.Minute, say); err != nil {
+		return fmt.Errorf("%w; the demo's pods: %s", err, demoPods(ctx, client))
 	}
 	return nil
 }
