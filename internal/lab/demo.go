@@ -186,11 +186,28 @@ func DemoAnswer(ctx context.Context, port int, path string) (string, error) {
 
 // waitDemo waits until the demo answers on every machine's forwarded port from a pod on
 // that machine, and returns the answers by machine.
-func (s *State) waitDemo(ctx context.Context, timeout time.Duration, say func(string, ...any)) (map[string]string, error) {
+func (s *State) waitDemo(ctx context.Context, client kubernetes.Interface, timeout time.Duration, say func(string, ...any)) (map[string]string, error) {
 	deadline := time.Now().Add(timeout)
 	answers := map[string]string{}
 	var last error
+	var moved time.Time
 	for {
+		// The spread is only preferred (a drain must be able to put both pods on one
+		// machine): a machine the scheduler could not use for a moment (its Node NotReady
+		// while its one vCPU was starved, as measured beside the VM tier) gets none. Then
+		// one pod of a crowded machine is deleted, at most once a minute, and its
+		// replacement goes where the anti-affinity prefers.
+		if time.Since(moved) > time.Minute {
+			if pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + DemoName}); err == nil {
+				if victim := crowdedPod(pods.Items, s.machineNames()); victim != "" {
+					say("the demo's pods are not on every machine: deleting %s so that its replacement spreads", victim)
+					if err := client.CoreV1().Pods("default").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+						say("deleting %s: %v", victim, err)
+					}
+					moved = time.Now()
+				}
+			}
+		}
 		for _, m := range s.Machines {
 			if _, ok := answers[m.Name]; ok || m.DemoPort == 0 {
 				continue
@@ -218,6 +235,48 @@ func (s *State) waitDemo(ctx context.Context, timeout time.Duration, say func(st
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+func (s *State) machineNames() []string {
+	var out []string
+	for _, m := range s.Machines {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+// crowdedPod names a running demo pod to delete when a machine has none and another has
+// more than one (the newest there), or "" when the pods are spread or still starting.
+func crowdedPod(pods []corev1.Pod, machines []string) string {
+	on := map[string][]corev1.Pod{}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning {
+			return "" // one still being placed or started: wait for it
+		}
+		on[p.Spec.NodeName] = append(on[p.Spec.NodeName], p)
+	}
+	empty := false
+	for _, m := range machines {
+		empty = empty || len(on[m]) == 0
+	}
+	if !empty {
+		return ""
+	}
+	for _, m := range machines {
+		if ps := on[m]; len(ps) > 1 {
+			newest := ps[0]
+			for _, p := range ps[1:] {
+				if newest.CreationTimestamp.Before(&p.CreationTimestamp) {
+					newest = p
+				}
+			}
+			return newest.Name
+		}
+	}
+	return ""
 }
 
 // demoPods says where the demo's pods are and how they are, for an error: the machine whose

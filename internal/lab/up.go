@@ -309,7 +309,7 @@ func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
 	// Alone on a 2-core host without KVM the demo answered on both machines within a minute
 	// of being deployed; beside the VM tier's other machines, the agent's after 4.5 minutes
 	// (December 2026, the server's Node Ready only at 11 minutes).
-	if _, err := s.waitDemo(ctx, 10*time.Minute, say); err != nil {
+	if _, err := s.waitDemo(ctx, client, 10*time.Minute, say); err != nil {
 		return fmt.Errorf("%w; the demo's pods: %s", err, demoPods(ctx, client))
 	}
 	return nil
