@@ -89,6 +89,20 @@ func (k *chaosKills) add(o chaosKills) {
 const outageGrace = time.Second
 
 func chaosRun(t *testing.T, seed uint64) chaosKills {
+	// What a run found broken is said again at its very end, after the helpers' output
+	// (the cleanups run last first): CI shows a failed test's last lines.
+	var broken []string
+	violate := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		broken = append(broken, msg)
+		t.Error(msg)
+	}
+	t.Cleanup(func() {
+		if len(broken) > 0 {
+			t.Logf("seed %d broke %d invariants:\n%s", seed, len(broken), strings.Join(broken, "\n"))
+		}
+	})
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	n := 3 + rng.IntN(2)
 	budget := 1 + rng.IntN(2)
@@ -303,7 +317,7 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 		t.Fatal(err)
 	}
 	if !cw.sees(mark, 10*time.Second) {
-		t.Errorf("the Cluster watch did not see the write made after the run (closed early: %v; last event %s after the last kill)",
+		violate("the Cluster watch did not see the write made after the run (closed early: %v; last event %s after the last kill)",
 			cw.closedEarly(), cw.lastEvent().Sub(lastKill).Round(time.Millisecond))
 	}
 
@@ -344,7 +358,7 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 			}
 		}
 		if counted > budget || srv > 1 {
-			t.Errorf("a stored Cluster status (version %d) held turns %v (budget %d, servers among them %d, granted while down for another reason %v)",
+			violate("a stored Cluster status (version %d) held turns %v (budget %d, servers among them %d, granted while down for another reason %v)",
 				v.rv, v.holders, budget, srv, grantedDown)
 		}
 		if len(fresh) == 0 {
@@ -367,20 +381,20 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 		}
 		adds := slices.ContainsFunc(fresh, func(h string) bool { return !down[h] })
 		if adds && len(used) > max(budget, len(down)) {
-			t.Errorf("turns %v were granted (version %d) while %v were down for other reasons: %d unavailable, budget %d", v.holders, v.rv, keys(down), len(used), budget)
+			violate("turns %v were granted (version %d) while %v were down for other reasons: %d unavailable, budget %d", v.holders, v.rv, keys(down), len(used), budget)
 		}
 	}
 	if m := nw.maxRebootUnavailable(); m > budget {
-		t.Errorf("%d Nodes were unavailable at once by reboots (not counting those down for other reasons); the budget is %d", m, budget)
+		violate("%d Nodes were unavailable at once by reboots (not counting those down for other reasons); the budget is %d", m, budget)
 	}
 	for name, d := range nw.allDowns() {
 		if d != 1 {
-			t.Errorf("%s's Node went down for a reboot %d times for one pending set", name, d)
+			violate("%s's Node went down for a reboot %d times for one pending set", name, d)
 		}
 	}
 	for _, name := range f.names {
 		if f.node(name).Spec.Unschedulable {
-			t.Errorf("%s is left cordoned", name)
+			violate("%s is left cordoned", name)
 		}
 	}
 	return k

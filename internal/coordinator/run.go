@@ -251,8 +251,27 @@ func (c *Coordinator) fleet(cl *v1alpha1.Cluster) Fleet {
 	return f
 }
 
+// liveFleet reads the fleet from the API server (consistent reads), with cl as the Cluster.
+func (c *Coordinator) liveFleet(ctx context.Context, cl *v1alpha1.Cluster) (Fleet, error) {
+	f := Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: c.cfg.Machine, Now: c.cfg.Now()}
+	ms, err := c.liken.Machines(ctx)
+	if err != nil {
+		return f, fmt.Errorf("reading the Machines: %w", err)
+	}
+	f.Machines = ms
+	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return f, fmt.Errorf("reading the Nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		f.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	return f, nil
+}
+
 // step plans from the caches and, when the plan changes anything, plans again from a
-// fresh read of the Cluster before acting, so nothing is uncordoned on a stale view; the
+// fresh read of the Cluster (and, when it grants a turn, of the Machines and Nodes) before
+// acting, so nothing is uncordoned or granted on a stale view; the
 // write is conditional on that read's resourceVersion, so a plan made from an outdated
 // Cluster (another coordinator wrote since) is refused and made again.
 func (c *Coordinator) step(ctx context.Context) error {
@@ -283,6 +302,18 @@ func (c *Coordinator) step(ctx context.Context) error {
 	}
 	if p, err = MakePlan(c.fleet(cl)); err != nil {
 		return err
+	}
+	if len(p.Granted) > 0 {
+		// A grant is judged on the API's own state, not on the caches: a Node that went
+		// down a moment ago for another reason counts against the budget, however far
+		// behind the Node watch is on a busy server.
+		f, err := c.liveFleet(ctx, cl)
+		if err != nil {
+			return err
+		}
+		if p, err = MakePlan(f); err != nil {
+			return err
+		}
 	}
 	for m := range p.Released {
 		c.stopDrain(m)

@@ -16,6 +16,7 @@ import (
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/qemu"
 )
 
 // Add adds an agent to a running lab the way docs/install.md adds a machine to a cluster:
@@ -117,7 +118,7 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 	m.Disk, m.Console = filepath.Join(mdir, "disk.img"), filepath.Join(mdir, "console.log")
 	if _, err := install.Install(ctx, install.Options{Channel: "file://" + filepath.Join(dir, "channel"), Pin: pin, Layer: res.Layers[v1alpha1.RoleAgent],
 		LayerDigest: res.Digests[v1alpha1.RoleAgent], Disk: m.Disk, SizeMiB: disk.DefaultLayout.MinSizeMiB() + 1024, Machine: m.Name, Layout: disk.DefaultLayout,
-		KernelArgs: st.KernelArgs}); err != nil {
+		KernelArgs: qemu.InstallArgs(st.KVM, st.KernelArgs)}); err != nil {
 		os.RemoveAll(mdir)
 		return nil, fmt.Errorf("installing %s: %w", m.Name, err)
 	}

@@ -232,7 +232,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		// Sparse: only what is written takes room on the host.
 		size := disk.DefaultLayout.MinSizeMiB() + 1024
 		if _, err := install.Install(ctx, install.Options{Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(m.Role)],
-			LayerDigest: res.Digests[v1alpha1.Role(m.Role)], Disk: m.Disk, SizeMiB: size, Machine: m.Name, Layout: disk.DefaultLayout, KernelArgs: o.KernelArgs}); err != nil {
+			LayerDigest: res.Digests[v1alpha1.Role(m.Role)], Disk: m.Disk, SizeMiB: size, Machine: m.Name, Layout: disk.DefaultLayout, KernelArgs: qemu.InstallArgs(kvm, o.KernelArgs)}); err != nil {
 			return st, fmt.Errorf("installing %s: %w", m.Name, err)
 		}
 	}

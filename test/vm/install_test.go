@@ -18,6 +18,7 @@ import (
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/test/report"
 )
@@ -98,7 +99,7 @@ func installTo(t *testing.T, diskPath string, sizeMiB int, kernelArgs, machine, 
 	_, err = install.Install(context.Background(), install.Options{
 		Channel: "file://" + channel, Pin: pin, Layer: res.Layers[v1alpha1.Role(role)], Disk: diskPath,
 		SizeMiB: sizeMiB, Machine: machine, Layout: testLayout,
-		KernelArgs: kernelArgs, Log: &log,
+		KernelArgs: qemu.InstallArgs(false, kernelArgs), Log: &log,
 	})
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, log.String())

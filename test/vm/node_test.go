@@ -24,6 +24,7 @@ import (
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
@@ -183,7 +184,7 @@ func joinMachines(t *testing.T, opts apiserver.Options, sectorSize int, machineY
 		target, size, done := installTarget(t, d, testLayout.MinSizeMiB()+16, sectorSize)
 		if _, err := install.Install(context.Background(), install.Options{
 			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: target, Machine: bound,
-			SizeMiB: size, Layout: testLayout, KernelArgs: "quiet liken.test.api=" + guestAPI + " " + extraArgs,
+			SizeMiB: size, Layout: testLayout, KernelArgs: qemu.InstallArgs(false, "quiet liken.test.api="+guestAPI+" "+extraArgs),
 		}); err != nil {
 			t.Fatal(err)
 		}
