@@ -56,6 +56,11 @@ func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.
 	}
 	msg := err.Error()
 	switch {
+	case errors.Is(err, errDiffers):
+		return exitFailed
+	case errors.Is(err, errDiffFailed):
+		fmt.Fprintf(stderr, "%s: %s\n", name, strings.TrimPrefix(msg, errDiffFailed.Error()+": "))
+		return exitDiffFailed
 	case errors.Is(err, errUnavailable):
 		fmt.Fprintf(stderr, "%s: %s\n", name, msg)
 		return exitUnavailable
@@ -81,9 +86,9 @@ deployment layers, builds, publishes, pins and verifies releases, installs machi
 approves and requests their reboots.
 
 Exit codes: 0 ok, 1 the command failed (invalid manifests, a failed download, ...),
-2 the command line is wrong, 3 the command is planned but not built yet. diff, when it
-comes, exits 0 when it finds no difference and 1 when it finds some, as kubectl diff does,
-and 4 when it fails.`,
+2 the command line is wrong, 3 the command is planned but not built yet. diff exits 0
+when it finds no difference and 1 when it finds some, as kubectl diff does, and 4 when it
+fails.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Cobra would print its help and exit 0 for a bare "liken".
@@ -97,7 +102,7 @@ and 4 when it fails.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
-		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newRollout(), newStatus(), newLab())
+		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newRollout(), newStatus(), newLab(), newDiff())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

@@ -14,6 +14,7 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/preview"
 	"liken.dev/liken/internal/release"
 )
 
@@ -49,6 +50,7 @@ func newVersionCommand(up bool) *cobra.Command {
 		machines  []string
 		pin       string
 		allowTest bool
+		dryRun    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "upgrade VERSION [--machine NAME]... [--pin DIGEST]",
@@ -97,11 +99,36 @@ before.`
 		// Agents and the coordinator write the objects' status often during a rollout, and
 		// a busy API server may time out: a write refused or lost for that is made again
 		// from a fresh read, checks and all.
+		if dryRun {
+			var plan preview.Plan
+			changes, err := setVersion(cmd, lc, up, version, pin, allowTest, machines, &plan)
+			if err != nil {
+				return err
+			}
+			out := struct {
+				Changes []versionChange `json:"changes"`
+				Plan    preview.Plan    `json:"plan"`
+			}{changes, plan}
+			return o.print(cmd.OutOrStdout(), out, func(w io.Writer) {
+				for _, c := range changes {
+					if c.From == c.To {
+						fmt.Fprintf(w, "%s runs %s already: nothing would change\n", c.Object, c.To)
+						continue
+					}
+					if c.Pinned {
+						fmt.Fprintf(w, "would pin %s as %s in the Cluster's spec.releases\n", c.To, pin)
+					}
+					fmt.Fprintf(w, "would set %s spec.version: %s -> %s\n", c.Object, c.From, c.To)
+				}
+				printPlan(w, plan)
+				fmt.Fprintln(w, "(dry run: nothing was written)")
+			})
+		}
 		var changes []versionChange
 		earlier := map[string]versionChange{} // what failed tries wrote, by object
 		err = kube.Retry(cmd.Context(), time.Minute, func(context.Context) error {
 			var err error
-			changes, err = setVersion(cmd, lc, up, version, pin, allowTest, machines)
+			changes, err = setVersion(cmd, lc, up, version, pin, allowTest, machines, nil)
 			for _, c := range changes {
 				// A write refused for a conflict was not made; one whose answer did not
 				// come may have been.
@@ -140,6 +167,7 @@ before.`
 		})
 	}
 	cmd.Flags().StringSliceVar(&machines, "machine", nil, "set the version in these Machines only (repeatable)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "write nothing: say what would change and what each machine would do (as liken diff)")
 	if up {
 		cmd.Flags().StringVar(&pin, "pin", "", "pin VERSION to this release digest first, checked against the Cluster's channel")
 		cmd.Flags().BoolVar(&allowTest, "allow-test-release", false, "with --pin, pin a release built for tests (with liken.test.* fault switches)")
@@ -168,8 +196,9 @@ func settle(earlier map[string]versionChange, final []versionChange) []versionCh
 // setVersion checks the version against the direction and the pins, pins it when asked,
 // and writes spec.version, each write conditional on the version of the object read.
 // Nothing is written until every check has passed; when a write fails, the changes it was
-// making are returned with the error.
-func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin string, allowTest bool, machines []string) ([]versionChange, error) {
+// making are returned with the error. With plan, nothing is written at all: plan gets the
+// preview of the change.
+func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin string, allowTest bool, machines []string, plan *preview.Plan) ([]versionChange, error) {
 	ctx := cmd.Context()
 	cl, err := lc.Cluster(ctx)
 	if err != nil {
@@ -235,6 +264,9 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 		}
 		pinned = true
 	}
+	if plan != nil {
+		return changes, previewVersion(ctx, lc, cl, ms, version, pin, pinned, plan)
+	}
 	conflict := func(what string, err error) error {
 		if apierrors.IsConflict(err) {
 			return fmt.Errorf("the %s changed while it was being written; look at it again and run the command again: %w", what, err)
@@ -268,4 +300,37 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 		}
 	}
 	return changes, nil
+}
+
+// previewVersion is the plan of setting version (pinned to pin when pinned) in cl, or in ms
+// when named, as liken diff shows a change.
+func previewVersion(ctx context.Context, lc *kube.Client, cl *v1alpha1.Cluster, ms []*v1alpha1.Machine, version, pin string, pinned bool, plan *preview.Plan) error {
+	all, err := lc.Machines(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the Machines: %w", err)
+	}
+	wc := cl.DeepCopy()
+	if pinned {
+		if wc.Spec.Releases == nil {
+			wc.Spec.Releases = map[string]v1alpha1.Digest{}
+		}
+		wc.Spec.Releases[version] = v1alpha1.Digest(pin)
+	}
+	named := map[string]bool{}
+	for _, m := range ms {
+		named[m.Name] = true
+	}
+	if len(ms) == 0 {
+		wc.Spec.Version = v1alpha1.ReleaseVersion(version)
+	}
+	var wanted []v1alpha1.Machine
+	for _, m := range all {
+		w := *m.DeepCopy()
+		if named[m.Name] {
+			w.Spec.Version = v1alpha1.ReleaseVersion(version)
+		}
+		wanted = append(wanted, w)
+	}
+	*plan, err = preview.Compute(preview.Objects{Cluster: cl, Machines: all}, preview.Objects{Cluster: wc, Machines: wanted}, false, time.Now())
+	return err
 }
