@@ -13,9 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"liken.dev/liken/api/v1alpha1"
-	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/preview"
-	"liken.dev/liken/test/apiserver"
 )
 
 // writeManifest writes an object as kubectl get -o yaml would show its spec: kind, name,
@@ -37,15 +35,8 @@ func writeManifest(t *testing.T, path, kind, name string, spec any) {
 // naming the field; a new Machine, and with --prune a Machine left out, are reported; and
 // nothing is ever written. upgrade --dry-run previews a version change and writes nothing.
 func TestDiff(t *testing.T) {
-	lc, err := kube.NewClient(env.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lc, kc := adminClient(t)
 	ensureCluster(t, lc)
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range []*v1alpha1.Machine{
 		{ObjectMeta: metav1.ObjectMeta{Name: "diff-server"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleServer}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "diff-agent"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}},
