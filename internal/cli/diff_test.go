@@ -195,3 +195,15 @@ func TestDiff(t *testing.T) {
 		t.Errorf("upgrade --dry-run set the version")
 	}
 }
+
+// TestWarningPrinter: the API server's change warnings print as kubectl prints warnings,
+// without the policy's name; any other warning prints whole.
+func TestWarningPrinter(t *testing.T) {
+	var b strings.Builder
+	p := WarningPrinter(&b)
+	p.HandleWarningHeader(299, "", "Validation failed for ValidatingAdmissionPolicy 'liken-change-warnings-machines' with binding 'liken-change-warnings-machines': Machine spec.network: Reboot class; ...")
+	p.HandleWarningHeader(299, "", "metadata.finalizers: prefer a domain-qualified finalizer name")
+	if want := "Warning: Machine spec.network: Reboot class; ...\nWarning: metadata.finalizers: prefer a domain-qualified finalizer name\n"; b.String() != want {
+		t.Errorf("printed %q; want %q", b.String(), want)
+	}
+}

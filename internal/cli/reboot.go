@@ -13,9 +13,11 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/policy"
 )
 
 // approval is one approval approve-reboot wrote, as -o prints it.
@@ -337,6 +339,9 @@ func (k *kubeFlags) liken(by string) (*kube.Client, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the kubeconfig: %w", err)
 	}
+	if k.cmd != nil {
+		cfg.WarningHandler = warningPrinter{k.cmd.ErrOrStderr()}
+	}
 	lc, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, "", err
@@ -356,4 +361,17 @@ func (k *kubeFlags) liken(by string) (*kube.Client, string, error) {
 		by = os.Getenv("USER")
 	}
 	return lc, by, nil
+}
+
+// warningPrinter prints the API server's warnings as kubectl does ("Warning: ..."), a change
+// warning (internal/policy) without the policy's name in front: what a change of the
+// Cluster or a Machine does to the machines.
+type warningPrinter struct{ w io.Writer }
+
+// WarningPrinter is a client-go warning handler printing to w, as the commands print.
+func WarningPrinter(w io.Writer) rest.WarningHandler { return warningPrinter{w} }
+
+func (p warningPrinter) HandleWarningHeader(_ int, _ string, text string) {
+	msg, _ := policy.Strip(text)
+	fmt.Fprintf(p.w, "Warning: %s\n", msg)
 }

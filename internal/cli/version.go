@@ -32,9 +32,14 @@ type cluster struct {
 
 // kubeFlags are --kubeconfig and --context, on every command that talks to an API server;
 // KUBECONFIG and ~/.kube/config apply as in kubectl.
-type kubeFlags struct{ kubeconfig, context string }
+type kubeFlags struct {
+	kubeconfig, context string
+	// cmd is the command the flags belong to: the API server's warnings go to its stderr.
+	cmd *cobra.Command
+}
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
+	k.cmd = cmd
 	cmd.Flags().StringVar(&k.kubeconfig, "kubeconfig", "", "the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
 	cmd.Flags().StringVar(&k.context, "context", "", "the kubeconfig context to use")
 }

@@ -19,6 +19,7 @@ import (
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/layer"
 	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/policy"
 )
 
 // Input is what a layer is built from.
@@ -197,7 +198,7 @@ func BuildLayers(in Input) (*Result, error) {
 }
 
 // clusterObjects are the objects k3s applies from its manifests directory on servers:
-// liken's CRDs and every machine's RBAC.
+// liken's CRDs, its change warnings and every machine's RBAC.
 func clusterObjects(machines []*v1alpha1.Machine) (map[string][]byte, error) {
 	crds, err := crd.Files()
 	if err != nil {
@@ -261,5 +262,17 @@ func clusterObjects(machines []*v1alpha1.Machine) (map[string][]byte, error) {
 			}
 		}
 	}
-	return map[string][]byte{"liken-crds.yaml": crdYAML.Bytes(), "liken-rbac.yaml": rbac.Bytes()}, nil
+	// The change warnings, beside the CRDs they speak of (internal/policy).
+	var policies bytes.Buffer
+	for _, w := range policy.ChangeWarnings() {
+		for _, o := range []any{w.Policy, w.Binding} {
+			b, err := yaml.Marshal(o)
+			if err != nil {
+				return nil, err
+			}
+			policies.WriteString("---\n")
+			policies.Write(b)
+		}
+	}
+	return map[string][]byte{"liken-crds.yaml": crdYAML.Bytes(), "liken-rbac.yaml": rbac.Bytes(), "liken-policies.yaml": policies.Bytes()}, nil
 }
