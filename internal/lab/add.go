@@ -131,7 +131,8 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 			return nil, fmt.Errorf("stopping %s: %w", server.Name, err)
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); st.Alive(server.PID); time.Sleep(100 * time.Millisecond) {
+	// Until its files are closed too (exited): the new QEMU must have the disk's lock.
+	for deadline := time.Now().Add(30 * time.Second); !exited(server.PID); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%s's QEMU (pid %d) did not stop", server.Name, server.PID)
 		}

@@ -84,6 +84,25 @@ func (s *State) start(name string, cmd *exec.Cmd) (done <-chan struct{}, err err
 	}
 }
 
+// exited says whether pid has finished exiting: no such process, or a zombie. A process
+// being killed loses its environment (and so its tag) as the kernel frees its memory, before
+// it closes its files: a QEMU that no longer shows as the lab's may still hold its disk
+// image's lock, its pidfile's and its forwarded ports, for as long as freeing gigabytes of
+// guest memory takes.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command's name in parentheses, which may hold anything.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st == 'Z' || st == 'X'
+}
+
 // tagged reads pid's lab tag: ok when it is a process of the lab in dir. A process that has
 // exited (a zombie included: its environment is gone) is not.
 func tagged(pid int, dir string) (p Proc, ok bool) {
@@ -174,7 +193,7 @@ func Kill(dir string, grace time.Duration) ([]Proc, error) {
 		errs = append(errs, signalProc(p, dir, syscall.SIGTERM))
 	}
 	// Children a process starts while it stops are caught by the next Leftovers.
-	left, err := waitGone(dir, grace)
+	left, err := waitGone(dir, grace, found)
 	if err != nil || len(left) == 0 {
 		return found, errors.Join(append(errs, err)...)
 	}
@@ -182,18 +201,24 @@ func Kill(dir string, grace time.Duration) ([]Proc, error) {
 		errs = append(errs, signalProc(p, dir, syscall.SIGKILL))
 	}
 	// Exiting can take QEMU a moment after SIGKILL: the kernel frees the guest's memory.
-	left, err = waitGone(dir, 5*time.Second)
+	left, err = waitGone(dir, 5*time.Second, found)
 	if err == nil && len(left) > 0 {
 		err = fmt.Errorf("still running after SIGKILL: %s", list(left))
 	}
 	return found, errors.Join(append(errs, err)...)
 }
 
-// waitGone waits up to timeout for the lab's processes to be gone, and returns those left.
-func waitGone(dir string, timeout time.Duration) ([]Proc, error) {
+// waitGone waits up to timeout for the lab's processes to be gone, those of stopping to have
+// finished exiting too, and returns those left.
+func waitGone(dir string, timeout time.Duration, stopping []Proc) ([]Proc, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		left, err := Leftovers(dir)
+		for _, p := range stopping {
+			if !exited(p.PID) && !slices.ContainsFunc(left, func(l Proc) bool { return l.PID == p.PID }) {
+				left = append(left, p)
+			}
+		}
 		if err != nil || len(left) == 0 || !time.Now().Before(deadline) {
 			return left, err
 		}

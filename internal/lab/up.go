@@ -354,7 +354,7 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 		done := 0
 		for _, m := range s.Machines {
 			if !s.Alive(m.PID) {
-				return fmt.Errorf("%s's QEMU stopped (console %s)", m.Name, m.Console)
+				return fmt.Errorf("%s's QEMU stopped (console %s, which ends:\n%s\n)", m.Name, m.Console, tail(m.Console, 20))
 			}
 			stage := 0
 			if consoleHas(m.Console, from[m.Name], "liken-init: started k3s") {
