@@ -499,6 +499,13 @@ func TestCoordinatorHandsOverItsLease(t *testing.T) {
 			m.Spec.RebootPolicy = ptr(v1alpha1.RebootAuto)
 			m.Spec.Network = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true}}}
 		})
+		if n == "lead2" {
+			// Asked before lead1 is edited: the coordinator's machine goes last only among
+			// machines that wait (an agent slowed by the race detector once asked after it).
+			f.waitFor(t, n, "asking for its turn", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+				return m.Status.PendingHash != "" && m.Status.Reboot.State != v1alpha1.RebootNone
+			})
+		}
 	}
 	// lead2 goes first (lead1 coordinates); it comes back.
 	f.waitReboots(t, "lead2", boots["lead2"], 1, "lead2's reboot")
