@@ -130,7 +130,7 @@ func TestChangeWarnings(t *testing.T) {
 	// kube-controller-manager type-checks each policy's expressions against its CRD's schema.
 	for _, w := range ws {
 		var got *admissionv1.ValidatingAdmissionPolicy
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			got, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, w.Policy.Name, metav1.GetOptions{})
 			return err == nil && got.Status.TypeChecking != nil, nil
 		})
