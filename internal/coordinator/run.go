@@ -238,9 +238,14 @@ func (c *Coordinator) kick() {
 	}
 }
 
+// newFleet is an empty fleet planned by this coordinator now, with cl as the Cluster.
+func (c *Coordinator) newFleet(cl *v1alpha1.Cluster) Fleet {
+	return Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: c.cfg.Machine, Now: c.cfg.Now()}
+}
+
 // fleet reads the fleet from the caches, with cl as the Cluster.
 func (c *Coordinator) fleet(cl *v1alpha1.Cluster) Fleet {
-	f := Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: c.cfg.Machine, Now: c.cfg.Now()}
+	f := c.newFleet(cl)
 	for _, o := range c.machines.List() {
 		f.Machines = append(f.Machines, *o.(*v1alpha1.Machine))
 	}
@@ -253,7 +258,7 @@ func (c *Coordinator) fleet(cl *v1alpha1.Cluster) Fleet {
 
 // liveFleet reads the fleet from the API server (consistent reads), with cl as the Cluster.
 func (c *Coordinator) liveFleet(ctx context.Context, cl *v1alpha1.Cluster) (Fleet, error) {
-	f := Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: c.cfg.Machine, Now: c.cfg.Now()}
+	f := c.newFleet(cl)
 	ms, err := c.liken.Machines(ctx)
 	if err != nil {
 		return f, fmt.Errorf("reading the Machines: %w", err)
