@@ -31,11 +31,12 @@ type event struct {
 // vmPackage is the VM tier, whose tests are listed one by one.
 const vmPackage = "liken.dev/liken/test/vm"
 
-// bootsLine is what the VM tier logs for each machine it stopped (test/vm bootWith);
+// bootsLine is what the VM tier logs for each machine it stopped (test/vm bootWith): its
+// boots and the host CPU time its QEMU used;
 // waitLine, how long a VM test waited for a slot (test/vm vmTest), which go test counts in
 // its time and the ledger does not.
 var (
-	bootsLine = regexp.MustCompile(`liken-ledger: boots (\d+)`)
+	bootsLine = regexp.MustCompile(`liken-ledger: boots (\d+)(?: cpu ([0-9.]+)s)?`)
 	waitLine  = regexp.MustCompile(`liken-ledger: waited ([0-9.]+)s for a VM slot`)
 	// boundLine is a VM test's wait on the API's state that ended well (test/vm waitUntil).
 	boundLine = regexp.MustCompile(`liken-ledger: wait "(.*)" took (\S+) of its (\S+)`)
@@ -51,6 +52,7 @@ type entry struct {
 	name    string
 	seconds float64
 	boots   int
+	cpu     float64 // seconds of host CPU the test's machines used
 	failed  bool
 	waited  float64
 }
@@ -95,6 +97,10 @@ func (l *ledger) add(e event, out io.Writer) {
 		if m := bootsLine.FindStringSubmatch(e.Output); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			t.boots += n
+			if m[2] != "" {
+				cpu, _ := strconv.ParseFloat(m[2], 64)
+				t.cpu += cpu
+			}
 		}
 		if m := boundLine.FindStringSubmatch(e.Output); m != nil {
 			took, err1 := time.ParseDuration(m[2])
@@ -141,10 +147,13 @@ func (l *ledger) table(total time.Duration, cpu float64) (string, []*entry) {
 	}
 	fmt.Fprintf(&b, "%-60s %8.1f\n", "sum of packages", sum)
 	if len(tests) > 0 {
-		fmt.Fprintf(&b, "%-60s %8s %6s\n", "VM test (its own time, the wait for a slot aside)", "seconds", "boots")
+		fmt.Fprintf(&b, "%-60s %8s %6s %8s\n", "VM test (its own time, the wait for a slot aside)", "seconds", "boots", "VM CPU s")
+		cpu := 0.0
 		for _, e := range tests {
-			fmt.Fprintf(&b, "%-60s %8.1f %6d%s\n", e.name, e.seconds, e.boots, failedMark(e))
+			cpu += e.cpu
+			fmt.Fprintf(&b, "%-60s %8.1f %6d %8.0f%s\n", e.name, e.seconds, e.boots, e.cpu, failedMark(e))
 		}
+		fmt.Fprintf(&b, "%-60s %8s %6s %8.0f\n", "host CPU time of the VM tier's machines", "", "", cpu)
 	}
 	for _, c := range l.closeCalls {
 		fmt.Fprintf(&b, "close call: %s waited %s of its %s for %q\n", c.test, c.took, c.bound, c.what)
@@ -238,7 +247,10 @@ func run(in io.Reader, out io.Writer, total func() time.Duration, cpu func() flo
 		var names []string
 		for _, e := range top {
 			s := fmt.Sprintf("%s %.0fs", strings.TrimPrefix(e.name, "liken.dev/liken/"), e.seconds)
-			if e.boots > 0 {
+			switch {
+			case e.boots > 0 && e.cpu > 0:
+				s += fmt.Sprintf(" (%d boots, VM CPU %.0fs)", e.boots, e.cpu)
+			case e.boots > 0:
 				s += fmt.Sprintf(" (%d boots)", e.boots)
 			}
 			names = append(names, s)

@@ -9,15 +9,16 @@ import (
 )
 
 // TestLedger feeds real `go test -json` lines (as cmd/test2json writes them) and checks the
-// table: packages and VM tests sorted longest first, boots summed per test, failures
+// table: packages and VM tests sorted longest first, boots and the machines' CPU time summed
+// per test, failures
 // marked and reported, the ten longest written to the figures file.
 func TestLedger(t *testing.T) {
 	in := `{"Action":"start","Package":"liken.dev/liken/internal/agent"}
 {"Action":"output","Package":"liken.dev/liken/internal/agent","Output":"ok  \tliken.dev/liken/internal/agent\t199.9s\n"}
 {"Action":"pass","Package":"liken.dev/liken/internal/agent","Elapsed":199.9}
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestA"}
-{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 3\n"}
-{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 2\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 3 cpu 120.5s\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    vm_test.go:1: liken-ledger: boots 2 cpu 30.0s\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    main_test.go:1: liken-ledger: waited 100.0s for a VM slot\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    wait_test.go:1: liken-ledger: wait \"vm-1: release A running\" took 3m1s of its 5m0s\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestA","Output":"    wait_test.go:1: liken-ledger: wait \"vm-1: staged\" took 1m0s of its 5m0s\n"}
@@ -44,8 +45,9 @@ func TestLedger(t *testing.T) {
 		"vm_test.go:9: the machine never came back",      // and a failed test's
 		"test/vm  ", "internal/agent  ",
 		"sum of packages", "1400.6",
-		"test/vm TestB", "900.0      0  FAIL",
-		"test/vm TestA", "300.5      5",
+		"test/vm TestB", "900.0      0        0  FAIL",
+		"test/vm TestA", "300.5      5      150",
+		"host CPU time of the VM tier's machines", "  150\n",
 		"go test wall time", "1300",
 		"host CPU busy over the run", "62%",
 		`close call: TestA waited 3m1s of its 5m0s for "vm-1: release A running"`,
@@ -67,7 +69,7 @@ func TestLedger(t *testing.T) {
 		t.Errorf("a subtest is listed:\n%s", got)
 	}
 	b, _ := os.ReadFile(report)
-	if want := "time ledger, the ten longest: test/vm 1201s; test/vm TestB 900s; test/vm TestA 300s (5 boots); internal/agent 200s\n"; string(b) != want {
+	if want := "time ledger, the ten longest: test/vm 1201s; test/vm TestB 900s; test/vm TestA 300s (5 boots, VM CPU 150s); internal/agent 200s\n"; string(b) != want {
 		t.Errorf("figures:\n%q\nwant\n%q", b, want)
 	}
 }

@@ -218,12 +218,13 @@ func bootWith(t *testing.T, opts Options) *VM {
 			v.Kill()
 		}
 		// For make test's time ledger (hack/ledger): liken's initramfs says so at every boot
-		// (a machine booted with another initramfs shows the kernel's banner, when printed).
+		// (a machine booted with another initramfs shows the kernel's banner, when printed),
+		// and QEMU's CPU time is what emulating the machine cost the host.
 		boots := strings.Count(v.Console(), "liken-init: initramfs stage")
 		if boots == 0 {
 			boots = strings.Count(v.Console(), "Linux version ")
 		}
-		t.Logf("liken-ledger: boots %d", boots)
+		t.Logf("liken-ledger: boots %d cpu %.1fs", boots, v.CPU().Seconds())
 	})
 	return v
 }

@@ -463,6 +463,8 @@ func TestLabUpAndDown(t *testing.T) {
 	// lab-agent-2, power-cycles the server with the newer layer, so that bootstrap makes
 	// lab-agent-2 only, and installs lab-agent-2 with the release the Cluster runs now.
 	serverMark = len(console(serverConsole))
+	// lab add power-cycles the server: what its QEMU used so far is counted before.
+	labCPU := labMachinesCPU(t, dir)
 	addStart := time.Now()
 	out, err = liken("lab", "add", "--dir", dir, "--timeout", "25m")
 	if err != nil {
@@ -514,6 +516,14 @@ func TestLabUpAndDown(t *testing.T) {
 	if err != nil || !strings.Contains(status, "lab-server-1") || !strings.Contains(status, "lab-agent-2") || !strings.Contains(status, "running, pid") {
 		t.Errorf("liken lab status: %v\n%s", err, status)
 	}
+	labCPU += labMachinesCPU(t, dir)
+	boots := 0
+	if st, err := lab.Read(dir); err == nil {
+		for _, m := range st.Machines {
+			boots += strings.Count(console(m.Console), "liken-init: initramfs stage")
+		}
+	}
+	t.Logf("liken-ledger: boots %d cpu %.1fs", boots, labCPU.Seconds())
 	out, err = liken("lab", "down", "--dir", dir)
 	if err != nil {
 		t.Fatalf("liken lab down: %v\n%s", err, out)
@@ -530,6 +540,36 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
 		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, netTook.Round(time.Second), trialDeadline, added.Round(time.Second))
+}
+
+// labMachinesCPU is the host CPU time the lab's running QEMUs have used so far (user and
+// system, from /proc), for make test's time ledger: the lab's machines are not the tier's
+// own, so their cost is read rather than waited for.
+func labMachinesCPU(t *testing.T, dir string) time.Duration {
+	st, err := lab.Read(dir)
+	if err != nil {
+		t.Logf("reading the lab's machines for their CPU time: %v", err)
+		return 0
+	}
+	var sum time.Duration
+	for _, m := range st.Machines {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.PID))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which is in parentheses and may hold spaces:
+		// state is the first, utime and stime the 12th and 13th, in clock ticks (USER_HZ,
+		// 100 on Linux).
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		var utime, stime int64
+		fmt.Sscan(f[11], &utime)
+		fmt.Sscan(f[12], &stime)
+		sum += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return sum
 }
 
 // noLeftovers fails the test if a process the lab in dir started still runs, and stops it:

@@ -231,6 +231,20 @@ func (v *VM) Wait(timeout time.Duration) (time.Duration, error) {
 	}
 }
 
+// CPU is the host CPU time QEMU used (user and system), once it has exited: the work of
+// emulating the machine, which the time ledger adds up per test (hack/ledger).
+func (v *VM) CPU() time.Duration {
+	select {
+	case <-v.done:
+	default:
+		return 0
+	}
+	if ps := v.cmd.ProcessState; ps != nil {
+		return ps.UserTime() + ps.SystemTime()
+	}
+	return 0
+}
+
 // Kill stops QEMU at once: a power cut.
 func (v *VM) Kill() {
 	v.expected.Store(true)
