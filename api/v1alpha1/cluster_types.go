@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"sort"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -181,6 +182,93 @@ type Rollout struct {
 	// against maxFailures. liken rollout resume sets it to the time it runs.
 	// +optional
 	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
+	// Gates are checks each machine passes after its reboot, before its turn is given back:
+	// named workloads Available, or a Job that succeeds. Besides them, every machine waits
+	// until the Deployments, StatefulSets and DaemonSets that had pods on it when its drain
+	// began are as available as they were (workloadsTimeout). A gate that fails, or does not
+	// pass within its timeout, counts as a failed trial of what the machine rebooted for
+	// (maxFailures).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Gates []RolloutGate `json:"gates,omitempty"`
+	// WorkloadsTimeout bounds the wait for the workloads that had pods on a machine to be
+	// back after its reboot (default 10m); past it, the machine fails its gates.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="workloadsTimeout must be a duration from 10s to 24h, such as 10m"
+	WorkloadsTimeout *metav1.Duration `json:"workloadsTimeout,omitempty"`
+}
+
+// DefaultGateTimeout is a gate's timeout, and spec.rollout.workloadsTimeout, when unset.
+const DefaultGateTimeout = 10 * time.Minute
+
+// WorkloadsWait is spec.rollout.workloadsTimeout, or its default.
+func (r *Rollout) WorkloadsWait() time.Duration {
+	if r == nil || r.WorkloadsTimeout == nil || r.WorkloadsTimeout.Duration <= 0 {
+		return DefaultGateTimeout
+	}
+	return r.WorkloadsTimeout.Duration
+}
+
+// RolloutGate is one check a machine passes after its reboot: exactly one of workloads and
+// job.
+// +kubebuilder:validation:XValidation:rule="has(self.workloads) != has(self.job)",message="a gate has exactly one of workloads and job"
+type RolloutGate struct {
+	// Name names the gate in status, Events and liken status.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Timeout is how long the gate may take from when the machine is back (default 10m).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="a gate's timeout must be a duration from 10s to 24h, such as 10m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// Workloads passes once every Deployment, StatefulSet and DaemonSet its selector picks
+	// is Available: all its desired pods available and up to date with its spec.
+	// +optional
+	Workloads *WorkloadsGate `json:"workloads,omitempty"`
+	// Job passes once a Job made from a CronJob's jobTemplate for this machine's turn
+	// succeeds, and fails when that Job fails.
+	// +optional
+	Job *JobGate `json:"job,omitempty"`
+}
+
+// Wait is the gate's timeout, or its default.
+func (g RolloutGate) Wait() time.Duration {
+	if g.Timeout == nil || g.Timeout.Duration <= 0 {
+		return DefaultGateTimeout
+	}
+	return g.Timeout.Duration
+}
+
+// WorkloadsGate selects the workloads a gate waits for.
+type WorkloadsGate struct {
+	// Namespace the workloads are in; empty means every namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// Selector picks Deployments, StatefulSets and DaemonSets by their labels. An empty
+	// selector picks every one (in the namespace); one that picks none passes.
+	// +required
+	Selector metav1.LabelSelector `json:"selector"`
+}
+
+// JobGate names the template of a Job a gate runs once per turn. The template is a
+// CronJob's (usually suspended, so it runs only as a gate): whoever may make that CronJob
+// may run its pods, so the gate lets the coordinator run nothing its author could not.
+type JobGate struct {
+	// Namespace of the CronJob, where the Job runs.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// CronJob whose spec.jobTemplate the Job is made from.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CronJob string `json:"cronJob"`
 }
 
 // IsPaused reports whether the rollout is paused by spec.rollout.paused.
@@ -517,6 +605,13 @@ type RolloutStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
 	Failures []TrialFailure `json:"failures,omitempty"`
+	// GateFailures are the machines whose gates failed after their reboot (spec.rollout.gates
+	// and the workloads that ran on them), as the coordinator recorded them; they count
+	// against maxFailures with the failed trials.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	GateFailures []TrialFailure `json:"gateFailures,omitempty"`
 	// Halted is set while the coordinator holds the rollout because maxFailures machines
 	// failed the trial of the same release or kernel arguments.
 	// +optional
@@ -589,6 +684,57 @@ type Turn struct {
 	// had finished, uncordoning the Node unless it was cordoned before.
 	// +optional
 	ReleasedBy string `json:"releasedBy,omitempty"`
+	// BootID is the Node's boot ID when the turn was given: the gates judge a later boot.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// Workloads are the Deployments, StatefulSets and DaemonSets that had pods on the
+	// machine when its drain began, with how many of their pods were available then.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Workloads []TurnWorkload `json:"workloads,omitempty"`
+	// Gates is where the machine is in its gates once back from its reboot.
+	// +optional
+	Gates *TurnGates `json:"gates,omitempty"`
+}
+
+// TurnWorkload is a workload that had pods on a machine when its drain began.
+type TurnWorkload struct {
+	// Kind is Deployment, StatefulSet or DaemonSet.
+	Kind string `json:"kind"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Available is how many of its pods were available when the drain began: the gate waits
+	// until as many are again (or all it wants now, if fewer).
+	Available int32 `json:"available"`
+}
+
+// GatePhase is where a machine is in its gates.
+// +kubebuilder:validation:Enum=Checking;Passed;Failed
+type GatePhase string
+
+const (
+	GateChecking GatePhase = "Checking"
+	GatePassed   GatePhase = "Passed"
+	GateFailed   GatePhase = "Failed"
+)
+
+// TurnGates is a machine's progress through its gates after its reboot.
+type TurnGates struct {
+	Phase GatePhase `json:"phase"`
+	// BootID is the boot of the machine's Node the gates judged.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// Since is when the checks began: the machine was back, its Node Ready on a new boot.
+	Since metav1.Time `json:"since"`
+	// Gate names the gate that failed, or the first still waited for ("workloads" is the
+	// built-in one for the workloads that ran on the machine).
+	// +optional
+	Gate string `json:"gate,omitempty"`
+	// Message says what is waited for, or why the gates failed.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // WaitingMachine is a machine waiting for a turn.

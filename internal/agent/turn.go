@@ -90,7 +90,7 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 			if ok, why := a.healthy(out); !ok {
 				return rebootView{state: v1alpha1.RebootVerifying, message: "back from its reboot; it gives its turn back once healthy: " + why}
 			}
-			return rebootView{state: v1alpha1.RebootNone, message: "back from its reboot and healthy: the coordinator uncordons the Node and takes the turn back"}
+			return rebootView{state: v1alpha1.RebootNone, message: "back from its reboot and healthy: the coordinator uncordons the Node and takes the turn back once its gates pass (the workloads that ran here, spec.rollout.gates; the Cluster's status.turns says where they are)"}
 		}
 		if len(notApplied) > 0 {
 			var whys []string

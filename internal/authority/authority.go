@@ -102,7 +102,15 @@ func CoordinatorRBAC() (*rbacv1.ClusterRole, *rbacv1.Role) {
 			// PodDisruptionBudgets); delete only when drain.force is set.
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
-			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "list"}},
+			// Gates: the workloads that ran on a machine (a pod's ReplicaSet names its
+			// Deployment) and those a gate selects are back; a Job gate runs a Job made from
+			// a CronJob's template. A server holds the cluster's CAs already, so making Jobs
+			// gives it nothing new.
+			{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"batch"}, Resources: []string{"cronjobs"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "create"}},
 			{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"get", "list"}},
 			// A server's network trial commits only once another machine's kubelet has renewed
 			// its Lease through it (internal/agent peersReach).

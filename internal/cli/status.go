@@ -110,6 +110,9 @@ what it waits for or what is wrong.`,
 					if t.ReleasedBy != "" {
 						fmt.Fprintf(w, ", given back by %s", t.ReleasedBy)
 					}
+					if g := t.Gates; g != nil {
+						fmt.Fprintf(w, ", gates %s since %s: %s", g.Phase, g.Since.UTC().Format(time.RFC3339), g.Message)
+					}
 					fmt.Fprintln(w)
 				}
 				for _, b := range f.DrainBlocked {
@@ -120,7 +123,11 @@ what it waits for or what is wrong.`,
 					if tf.Accepted {
 						accepted = " (accepted by liken rollout resume)"
 					}
-					fmt.Fprintf(w, "trial failed: %s, %s at %s: %s: %s%s\n", tf.Machine, tf.What, tf.At.UTC().Format(time.RFC3339), tf.Reason, tf.Message, accepted)
+					failed := "trial failed"
+					if tf.Reason == v1alpha1.ReasonGateFailed {
+						failed = "gates failed"
+					}
+					fmt.Fprintf(w, "%s: %s, %s at %s: %s: %s%s\n", failed, tf.Machine, tf.What, tf.At.UTC().Format(time.RFC3339), tf.Reason, tf.Message, accepted)
 				}
 				for _, c := range f.Conditions {
 					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) ||

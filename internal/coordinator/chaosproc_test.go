@@ -264,6 +264,10 @@ func setNodeReady(c kubernetes.Interface, node string, ready bool, reason string
 			st = corev1.ConditionFalse
 		}
 		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: st, Reason: reason, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+		if reason == reasonBack {
+			// The kubelet of the boot after a reboot reports that boot's ID.
+			n.Status.NodeInfo.BootID = newBootID()
+		}
 		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
 		if i < 0 {
 			n.Status.Conditions = append(n.Status.Conditions, cond)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -131,6 +132,13 @@ func newFleet(t testing.TB, spec func(*v1alpha1.ClusterSpec), machines map[strin
 	return f
 }
 
+// newBootID is a boot ID as the kernel makes one (/proc/sys/kernel/random/boot_id).
+func newBootID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
 // apiAway retries for up to about a minute: long enough for the API server to come back.
 var apiAway = wait.Backoff{Steps: 120, Duration: 500 * time.Millisecond}
 
@@ -147,6 +155,10 @@ func (f *fleetFixture) setReady(node string, ready bool) {
 		}
 		// The kubelet's other conditions stay as they are.
 		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+		if ready && !kube.NodeReady(n) {
+			// Back: the kubelet of the next boot reports that boot's ID, as after a reboot.
+			n.Status.NodeInfo.BootID = newBootID()
+		}
 		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
 		if i < 0 {
 			n.Status.Conditions = append(n.Status.Conditions, cond)

@@ -22,6 +22,10 @@ type Fleet struct {
 	// Self is the machine running the coordinator that plans; it goes last.
 	Self string
 	Now  time.Time
+	// Gates are where the machines back from their reboot on a drained turn are in their
+	// gates (gateChecker.Gates), by GateKey; a drained turn is given back only once they
+	// passed or failed.
+	Gates map[string]v1alpha1.TurnGates
 }
 
 // Plan is what the coordinator does next: the Cluster status to write (turns released
@@ -41,7 +45,7 @@ type Plan struct {
 // holding says whether a machine still uses its turn, from the state its agent reports.
 // A turn being drained is kept while the machine waits for exactly the set it was given
 // for; a drained one also while the machine goes down, comes back and verifies its health.
-func holding(t v1alpha1.Turn, m *v1alpha1.Machine) (bool, string) {
+func holding(t v1alpha1.Turn, m *v1alpha1.Machine, n *corev1.Node) (bool, string) {
 	if m == nil {
 		return false, "its Machine was deleted"
 	}
@@ -61,7 +65,17 @@ func holding(t v1alpha1.Turn, m *v1alpha1.Machine) (bool, string) {
 	case (st == v1alpha1.RebootWaitingForTurn || st == v1alpha1.RebootDraining) && same:
 		return true, ""
 	case st == v1alpha1.RebootNone && t.Phase == v1alpha1.TurnDrained:
-		return false, "it rebooted and passed its health gate"
+		// Back and healthy by its own account: the turn is kept until its gates (the
+		// workloads that ran on it, spec.rollout.gates) have passed or failed.
+		switch {
+		case n == nil:
+			return false, "it rebooted and passed its health gate (it has no Node whose workloads to wait for)"
+		case t.Gates == nil || t.Gates.Phase == v1alpha1.GateChecking:
+			return true, ""
+		case t.Gates.Phase == v1alpha1.GateFailed:
+			return false, "it rebooted, but its gates failed: " + t.Gates.Message
+		}
+		return false, "it rebooted and passed its health gate and its gates"
 	case !same:
 		return false, fmt.Sprintf("its pending set changed from %s to %s", t.PendingHash, orNone(m.Status.PendingHash))
 	default:
@@ -150,11 +164,17 @@ func MakePlan(f Fleet) (Plan, error) {
 	}
 	now := metav1.NewTime(f.Now.UTC().Truncate(time.Second))
 
-	failures := TrialFailures(cl, f.Machines)
+	for i, t := range st.Turns {
+		if g, ok := f.Gates[GateKey(t)]; ok && t.Phase == v1alpha1.TurnDrained {
+			st.Turns[i].Gates = &g
+		}
+	}
+	recordGateFailures(&st, cl, f.Machines)
+	failures := TrialFailures(&v1alpha1.Cluster{Spec: cl.Spec, Status: st}, f.Machines)
 	halt := Halt(failures, cl.Spec.Rollout.FailureLimit())
 	var turns []v1alpha1.Turn
 	for _, t := range st.Turns {
-		keep, why := holding(t, byName[t.Machine])
+		keep, why := holding(t, byName[t.Machine], f.Nodes[t.Machine])
 		if keep && halt != nil && t.Phase == v1alpha1.TurnDraining {
 			// Not drained yet: no further machine is emptied for what failed. One drained
 			// already goes down, and its trial commits or falls back.
@@ -270,8 +290,12 @@ func MakePlan(f Fleet) (Plan, error) {
 	for _, name := range d.Grant {
 		m := byName[name]
 		n := f.Nodes[name]
+		boot := ""
+		if n != nil {
+			boot = n.Status.NodeInfo.BootID
+		}
 		turns = append(turns, v1alpha1.Turn{
-			Machine: name, Since: now, PendingHash: m.Status.PendingHash, Phase: v1alpha1.TurnDraining,
+			Machine: name, Since: now, PendingHash: m.Status.PendingHash, Phase: v1alpha1.TurnDraining, BootID: boot,
 			// Not liken's own cordon of a turn ending in this same plan.
 			CordonedBefore: n != nil && n.Spec.Unschedulable && !uncordoning[name],
 		})

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -343,4 +344,110 @@ func TestPlanHalts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPlanWaitsForGates: a machine back from its reboot and healthy by its own account keeps
+// its drained turn until its gates have passed or failed; a failure is recorded once in the
+// Cluster's status, against the release the machine now runs (or the gate, when it runs
+// another), and halts the rollout at maxFailures like a failed trial.
+func TestPlanWaitsForGates(t *testing.T) {
+	node := func(name, boot string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		n.Status.NodeInfo.BootID = boot
+		return n
+	}
+	since := metav1.NewTime(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+	for _, tt := range []struct {
+		name      string
+		gates     *v1alpha1.TurnGates
+		runs      string // the digest m1 runs
+		noNode    bool
+		keep      bool
+		why       string // in the release reason
+		failure   string // the key of the failure recorded; "" none
+		halted    bool
+		grantedM2 bool
+	}{
+		{name: "not judged yet", keep: true},
+		{name: "checking", gates: &v1alpha1.TurnGates{Phase: v1alpha1.GateChecking, BootID: "b2", Since: since, Gate: "workloads", Message: "web has 1 of 2"}, keep: true},
+		{name: "passed", gates: &v1alpha1.TurnGates{Phase: v1alpha1.GatePassed, BootID: "b2", Since: since}, why: "passed its health gate and its gates", grantedM2: true},
+		{name: "failed on the new release", runs: "sha256:v2", gates: &v1alpha1.TurnGates{Phase: v1alpha1.GateFailed, BootID: "b2", Since: since, Gate: "smoke", Message: "gate smoke failed: Job x failed"},
+			why: "its gates failed: gate smoke failed", failure: "sha256:v2", halted: true},
+		{name: "failed on another release", runs: "sha256:v1", gates: &v1alpha1.TurnGates{Phase: v1alpha1.GateFailed, BootID: "b2", Since: since, Gate: "smoke", Message: "gate smoke failed"},
+			why: "its gates failed", failure: GateFailureKey + "smoke", halted: true},
+		{name: "no Node", noNode: true, why: "no Node"}, // a machine with no Node counts against the budget itself
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			one := intstr.FromInt32(1)
+			cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Version: "v2", Releases: map[string]v1alpha1.Digest{"v2": "sha256:v2"},
+				RebootPolicy: v1alpha1.RebootAuto, DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &one}}}
+			cl.Status.Turns = []v1alpha1.Turn{{Machine: "m1", Since: since, PendingHash: "sha256:p1", Phase: v1alpha1.TurnDrained, BootID: "b1"}}
+			m1 := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+			m1.Status.Reboot.State = v1alpha1.RebootNone
+			if tt.runs != "" {
+				m1.Status.Release = &v1alpha1.RunningRelease{Version: "v2", Digest: tt.runs}
+			}
+			m2 := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m2"}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+			m2.Status.Reboot.State, m2.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:p2"
+			nodes := map[string]*corev1.Node{"m2": node("m2", "c1")}
+			if !tt.noNode {
+				nodes["m1"] = node("m1", "b2")
+			}
+			f := Fleet{Cluster: cl, Machines: []v1alpha1.Machine{m1, m2}, Nodes: nodes, Self: "s", Now: since.Add(time.Minute), Gates: map[string]v1alpha1.TurnGates{}}
+			if tt.gates != nil {
+				f.Gates[GateKey(cl.Status.Turns[0])] = *tt.gates
+			}
+			p, err := MakePlan(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			why, released := p.Released["m1"]
+			if released == tt.keep {
+				t.Fatalf("m1's turn released %v (%q); want kept %v", released, why, tt.keep)
+			}
+			if tt.keep {
+				if g := p.Status.Turns[0].Gates; !equalGates(g, tt.gates) {
+					t.Errorf("the kept turn's gates %+v; want %+v", g, tt.gates)
+				}
+			} else if !strings.Contains(why, tt.why) {
+				t.Errorf("m1's turn released because %q; want it to say %q", why, tt.why)
+			}
+			var gf []v1alpha1.TrialFailure
+			if p.Status.Rollout != nil {
+				gf = p.Status.Rollout.GateFailures
+			}
+			switch {
+			case tt.failure == "" && len(gf) > 0:
+				t.Errorf("gate failures recorded: %+v", gf)
+			case tt.failure != "" && (len(gf) != 1 || gf[0].Key != tt.failure || gf[0].Machine != "m1" || gf[0].Reason != v1alpha1.ReasonGateFailed || !gf[0].At.Equal(&since)):
+				t.Errorf("gate failures %+v; want one of m1 with key %s", gf, tt.failure)
+			}
+			if halted := p.Status.Rollout != nil && p.Status.Rollout.Halted != nil; halted != tt.halted {
+				t.Errorf("halted %v; want %v", halted, tt.halted)
+			}
+			if granted := slices.Contains(p.Granted, "m2"); granted != tt.grantedM2 {
+				t.Errorf("m2 granted %v; want %v (waiting %+v)", granted, tt.grantedM2, p.Status.Waiting)
+			}
+			if tt.failure != "" {
+				// Planned again from what it wrote: recorded once.
+				cl.Status = p.Status
+				f.Cluster = cl
+				p2, err := MakePlan(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(p2.Status.Rollout.GateFailures); n != 1 {
+					t.Errorf("after a second plan %d gate failures; want the one", n)
+				}
+			}
+		})
+	}
+}
+
+func equalGates(a, b *v1alpha1.TurnGates) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Phase == b.Phase && a.Message == b.Message && a.BootID == b.BootID
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -291,11 +292,19 @@ func (c *Coordinator) step(ctx context.Context) error {
 	} else if changed {
 		c.log.Info("machines may read the registry Secrets the Cluster names", "secrets", o.(*v1alpha1.Cluster).Spec.Registries.SecretNames())
 	}
-	p, err := MakePlan(c.fleet(o.(*v1alpha1.Cluster)))
+	cached := o.(*v1alpha1.Cluster)
+	f := c.fleet(cached)
+	// Where the machines back from their reboot are in their gates: read from the API (and
+	// a gate's Job made) before planning, so the plan itself stays a function of its input.
+	gates, err := gateChecker{kc: c.kube, now: f.Now}.Gates(ctx, f)
 	if err != nil {
 		return err
 	}
-	cached := o.(*v1alpha1.Cluster)
+	f.Gates = gates
+	p, err := MakePlan(f)
+	if err != nil {
+		return err
+	}
 	c.gauge(p.Status)
 	if equality.Semantic.DeepEqual(p.Status, cached.Status) && len(p.Uncordon) == 0 {
 		c.startDrains(ctx, cached, false)
@@ -305,7 +314,9 @@ func (c *Coordinator) step(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the Cluster: %w", err)
 	}
-	if p, err = MakePlan(c.fleet(cl)); err != nil {
+	f = c.fleet(cl)
+	f.Gates = gates
+	if p, err = MakePlan(f); err != nil {
 		return err
 	}
 	if len(p.Granted) > 0 {
@@ -316,6 +327,7 @@ func (c *Coordinator) step(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		f.Gates = gates
 		if p, err = MakePlan(f); err != nil {
 			return err
 		}
@@ -326,6 +338,15 @@ func (c *Coordinator) step(ctx context.Context) error {
 	for _, n := range p.Uncordon {
 		if err := c.cordon(ctx, n, false); err != nil {
 			return err
+		}
+	}
+	// The gates' verdicts this write records: those of the turns the fresh read holds (a
+	// check made from a cache behind it may be of a turn given back already).
+	gatesBefore := map[string]v1alpha1.GatePhase{}
+	for _, t := range cl.Status.Turns {
+		gatesBefore[GateKey(t)] = v1alpha1.GateChecking
+		if t.Gates != nil {
+			gatesBefore[GateKey(t)] = t.Gates.Phase
 		}
 	}
 	was := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ClusterRolloutPaused)
@@ -350,6 +371,22 @@ func (c *Coordinator) step(ctx context.Context) error {
 		case paused.Status == metav1.ConditionFalse && wasPaused:
 			c.log.Info("rollout resumed")
 			c.cfg.Events.Event(cl, corev1.EventTypeNormal, "RolloutResumed", "the rollout goes on: new reboot turns are given as the budget allows")
+		}
+	}
+	for key, g := range gates {
+		before, ok := gatesBefore[key]
+		if !ok || before == g.Phase {
+			continue
+		}
+		m, _, _ := strings.Cut(key, "@")
+		switch g.Phase {
+		case v1alpha1.GatePassed:
+			c.log.Info("gates passed", "machine", m)
+			c.event(m, corev1.EventTypeNormal, "GatesPassed", "back from its reboot, the machine passed its gates: "+g.Message)
+		case v1alpha1.GateFailed:
+			c.log.Warn("gates failed", "machine", m, "gate", g.Gate, "why", g.Message)
+			c.cfg.Metrics.GateFailures.Inc()
+			c.event(m, corev1.EventTypeWarning, v1alpha1.ReasonGateFailed, "back from its reboot, the machine failed its gates: "+g.Message)
 		}
 	}
 	c.cfg.Metrics.Released.Add(float64(len(p.Released)))
@@ -579,6 +616,15 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		err = c.markCordon(ctx, t.Machine, true)
 	}
 	var out drainOutcome
+	var workloads []v1alpha1.TurnWorkload
+	if err == nil {
+		// What runs here now, and how available it is, is what the gates wait for after
+		// the reboot. Read before the evictions (a resumed drain reads what is left).
+		if workloads, err = workloadsOn(ctx, c.kube, t.Machine); err == nil && len(workloads) > maxTurnWorkloads {
+			log.Warn("more workloads on the machine than a turn records; the gates wait for the first ones", "workloads", len(workloads), "recorded", maxTurnWorkloads)
+			workloads = workloads[:maxTurnWorkloads]
+		}
+	}
 	if err == nil {
 		out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Debug(s) }) // each try, refusals included
 	}
@@ -597,6 +643,7 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 	gone, err := c.updateTurn(ctx, t, out.drained, func(st *v1alpha1.ClusterStatus, i int) error {
 		if out.drained {
 			st.Turns[i].Phase = v1alpha1.TurnDrained
+			st.Turns[i].Workloads = workloads
 			return nil
 		}
 		if !st.Turns[i].CordonedBefore {
@@ -651,6 +698,9 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		c.event(t.Machine, corev1.EventTypeWarning, "DrainBlocked", out.message)
 	}
 }
+
+// maxTurnWorkloads is how many workloads a turn records (the CRD's limit).
+const maxTurnWorkloads = 64
 
 // updateTurn changes the turn t in a fresh read of the Cluster and writes it, as long as
 // the turn is still there as given (same machine, pending set and phase); on a conflict
