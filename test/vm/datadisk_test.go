@@ -116,14 +116,21 @@ func partitionFiles(t *testing.T, img string, n int) string {
 	return ""
 }
 
-// TestDataDiskRefusedThenWipedOnce: a disk holding data that spec.disks names is left
-// untouched (not one byte changes) while the machine boots and runs k3s; status.disks says
-// what it found, with its serial and content ID; the Machine is Degraded/DiskRefused and an
-// Event says so. A wipe naming that serial and content, approved, erases it once and
-// prepares it. Then a disk for k3s's data that is not there boots as a trial: k3s finds
-// nothing to start on, and the boot after runs the last good disks, with the failure and
-// init's reason in status.
-func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
+// TestDataDiskAndNetworkTrials: one server machine through the trials of its disks and its
+// network (TestNetworkChangeIsATrial was its own machine until December 2026: both need a
+// server on the host's API server, release A and the same disk, so one boot serves both).
+//
+// A disk holding data that spec.disks names is left untouched (not one byte changes) while
+// the machine boots and runs k3s; status.disks says what it found, with its serial and
+// content ID; the Machine is Degraded/DiskRefused and an Event says so. A wipe naming that
+// serial and content, approved, erases it once and prepares it. An approved spec.network
+// change that cuts the machine off from its API server (an address and a gateway on another
+// subnet) boots once as a trial, misses its health deadline, and the boot after it is back on
+// the last good network, with the failure and init's reason in status, and no further reboot
+// for those settings; a good change (an MTU) boots as a trial and commits. Then a disk for
+// k3s's data that is not there boots as a trial: k3s finds nothing to start on, and the boot
+// after runs the last good disks, with the failure and init's reason in status.
+func TestDataDiskAndNetworkTrials(t *testing.T) {
 	vmTest(t)
 	held := dataDisk(t, "held", 96)
 	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", "-L", "old-data", held).CombinedOutput(); err != nil {
@@ -136,7 +143,9 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
         - label: data
           mountPoint: /var/mnt/data
 `
-	j := joinAs(t, vmMachine+spec, "liken.trial.deadline=60")
+	// The deadline fails the bad network's trial (nothing else ends it) and must let the good
+	// trials (the wipe's, the MTU's) commit beside other tests.
+	j := joinAs(t, vmMachine+spec, "liken.trial.deadline=90")
 	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: held, Serial: "olddata"}}, true, vmMAC)
 	start := time.Now()
 	m := j.waitMachine(t, "the disk refused, k3s running", 5*time.Minute, func(m *v1alpha1.Machine) bool {
@@ -165,8 +174,9 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	approved := time.Now()
 	j.approve(t)
 	expectAfter(t, vm, mark, "liken-init: disk /dev/disk/by-id/virtio-olddata: wiping "+d.Path+" (an ext2/3/4 file system)", 5*time.Minute)
-	m = j.waitMachine(t, "the disk wiped and prepared", 5*time.Minute, func(m *v1alpha1.Machine) bool {
-		return disksAre(m, v1alpha1.DiskWiped) && len(m.Status.Pending) == 0 && !meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded)
+	m = j.waitMachine(t, "the disk wiped and prepared, Ready with nothing pending", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+		return disksAre(m, v1alpha1.DiskWiped) && len(m.Status.Pending) == 0 && !meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineDegraded) &&
+			meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady)
 	})
 	if m.Status.Disks[0].ContentID == d.ContentID || !strings.HasPrefix(m.Status.Disks[0].ContentID, "gpt:") {
 		t.Errorf("after the wipe the content ID is %s", m.Status.Disks[0].ContentID)
@@ -174,6 +184,8 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	wiped := time.Since(approved)
 	j.waitEvents(t, "vm-1", "DiskWiped", 1)
 	j.waitEvents(t, "vm-1", v1alpha1.ReasonDiskRefused, 1) // none more: the wiped boot refused nothing
+
+	networkTrials(t, j, vm)
 
 	// A disk for k3s's data that is not there. Its reboot is a trial: init finds no such disk
 	// and puts an empty read-only file system at k3s's data directory, where this server's
@@ -206,7 +218,7 @@ func TestDataDiskRefusedThenWipedOnce(t *testing.T) {
 	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed); !strings.Contains(c.Message, "virtio-nosuch: NotFound") {
 		t.Errorf("the failure does not name the disk that was not there: %s", c.Message)
 	}
-	j.waitEvents(t, "vm-1", "TrialFailed", 1)
+	j.waitEvents(t, "vm-1", "TrialFailed", 2) // the bad network's, and this one
 	report.Line("data disk in the VM (TCG): the disk holding data refused, untouched and reported %s after the VM started; approval of the wipe to the disk wiped, prepared and reported %s; a disk for k3s's data that is not there, approved: the trial failed (init could not prepare k3s) and the machine was back on its last good disks, reported %s after the approval",
 		refusedAfter.Round(time.Second), wiped.Round(time.Second), fellBack.Round(time.Second))
 }

@@ -24,19 +24,14 @@ func linkMTU(m *v1alpha1.Machine, name string) int32 {
 	return 0
 }
 
-// TestNetworkChangeIsATrial: an approved spec.network change that cuts the machine off from
-// its API server (an address and a gateway on another subnet) boots once as a trial, misses
-// its health deadline, and the boot after it is back on the last good network, with the
-// failure and init's reason in status, and no further reboot for those settings. A good
-// change (an MTU) boots as a trial and commits.
-func TestNetworkChangeIsATrial(t *testing.T) {
-	vmTest(t)
-	j := joinCluster(t, "liken.trial.deadline=90")
-	vm := bootUEFI(t, j.disk, true, vmMAC)
-	j.waitMachine(t, "Ready with nothing pending", 5*time.Minute, func(m *v1alpha1.Machine) bool {
-		return meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
-	})
-
+// networkTrials takes vm-1, Ready with nothing pending and booted with a trial deadline of
+// 90 s, through its network's trials (TestDataDiskAndNetworkTrials): an approved spec.network
+// change that cuts the machine off from its API server (an address and a gateway on another
+// subnet) boots once as a trial, misses its health deadline, and the boot after it is back
+// on the last good network, with the failure and init's reason in status, and no further
+// reboot for those settings. A good change (an MTU) boots as a trial and commits.
+func networkTrials(t *testing.T, j *joined, vm *VM) {
+	t.Helper()
 	mark := vm.Mark()
 	j.editMachine(t, func(m *v1alpha1.Machine) {
 		m.Spec.Network.Interfaces[0].Addresses = []string{"10.0.3.15/24"}
