@@ -674,15 +674,7 @@ func (f *fleetFixture) kubelet(nodes ...string) {
 func (f *fleetFixture) pod(ns, name, node string, labels map[string]string, emptyDir bool) {
 	f.t.Helper()
 	ctx := f.t.Context()
-	if _, err := f.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		f.t.Fatal(err)
-	}
-	// The ServiceAccount admission refuses a pod until the namespace's default account
-	// exists; the controller manager makes it a moment after the namespace, later on a
-	// loaded machine.
-	if _, err := f.admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		f.t.Fatal(err)
-	}
+	f.namespace(ns)
 	yes := true
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels,

@@ -53,7 +53,11 @@ func (f *fleetFixture) nodeSide(ns string) *nodeSide {
 	return s
 }
 
+// namespace makes ns and its default ServiceAccount: the ServiceAccount admission refuses a
+// pod until the account exists, which the controller manager makes a moment after the
+// namespace, later on a loaded machine.
 func (f *fleetFixture) namespace(ns string) {
+	f.t.Helper()
 	ctx := f.t.Context()
 	if _, err := f.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		f.t.Fatal(err)
