@@ -24,6 +24,9 @@ beside() { # beside NAME COMMAND...: runs COMMAND in the background, its output 
 }
 beside vet $GO vet ./...
 beside bench make --no-print-directory bench
+# The VM tests whose machines keep both cores busy (the lab) start once the other packages'
+# tests, the race run and vet are done: this file says so (test/vm afterOthers).
+export LIKEN_VM_AFTER="$side/others.done"
 # The packages with init's and the agent's concurrent paths (init's one ESP owner, the
 # supervisor, the agent's reconcile, slot job and last words) run under the race detector
 # instead of in the main run: beside it, with their results joining the ledger's stream.
@@ -45,16 +48,26 @@ if [ "$left" -lt 600 ]; then
 fi
 echo "the tests' bound: ${left}s (what is left of LIKEN_TEST_BUDGET=${budget}s since make started)"
 rest=$($GO list ./... | grep -v -x -e liken.dev/liken/test/vm -e liken.dev/liken/internal/initd -e liken.dev/liken/internal/supervisor -e liken.dev/liken/internal/agent)
+# The other packages run in a go test of their own, beside the VM tier's, into a file that
+# joins the ledger's stream after the VM tier's (two writers on one pipe could interleave
+# long lines).
+(
+	$GO test -count=1 -timeout ${left}s -json $rest >"$side/others.json" 2>"$side/others.err"
+	echo $? >"$side/others.rc"
+	while [ ! -e "$side/race.rc" ] || [ ! -e "$side/vet.rc" ]; do sleep 1; done
+	touch "$LIKEN_VM_AFTER"
+) &
 {
-	$GO test -count=1 -timeout ${left}s -json ./test/vm/ $rest
+	$GO test -count=1 -timeout ${left}s -json ./test/vm/
 	echo $? >"$side/main.rc"
-	# The race run is the outer shell's child, not this pipeline's: wait for its status file.
-	while [ ! -e "$side/race.rc" ]; do sleep 1; done
-	cat "$side/race.json"
+	# The race run and the others are the outer shell's children, not this pipeline's:
+	# wait for their status files.
+	while [ ! -e "$side/race.rc" ] || [ ! -e "$side/others.rc" ]; do sleep 1; done
+	cat "$side/others.json" "$side/race.json"
 } | tee "${LIKEN_TEST_JSON:-/dev/null}" | bin/ledger
 rc=$?
 wait
-for run in main race; do
+for run in main others race; do
 	if [ "$(cat "$side/$run.rc" 2>/dev/null)" != 0 ]; then
 		echo "go test ($run) failed"
 		cat "$side/$run.err" 2>/dev/null

@@ -684,6 +684,12 @@ type Turn struct {
 	// had finished, uncordoning the Node unless it was cordoned before.
 	// +optional
 	ReleasedBy string `json:"releasedBy,omitempty"`
+	// GrantedUnavailable says why the machine was unavailable when it was given the turn
+	// (NotReady, no Node, ...): such a turn takes nothing from the budget. Should the
+	// machine be available again before its drain ends, the turn uses the budget as any
+	// other, and is taken back if the budget has no room for it.
+	// +optional
+	GrantedUnavailable string `json:"grantedUnavailable,omitempty"`
 	// BootID is the Node's boot ID when the turn was given: the gates judge a later boot.
 	// +optional
 	BootID string `json:"bootID,omitempty"`

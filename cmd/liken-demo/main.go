@@ -30,6 +30,9 @@ func main() {
 		defer cancel()
 		srv.Shutdown(shut)
 	}()
+	// One line at start, so that `kubectl logs` has something to show (the lab test reads it
+	// through the API server and the pod's kubelet).
+	fmt.Printf("liken-demo: pod %s on node %s listening on %s\n", os.Getenv("POD_NAME"), os.Getenv("NODE_NAME"), addr)
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		fmt.Fprintln(os.Stderr, "liken-demo:", err)
 		os.Exit(1)

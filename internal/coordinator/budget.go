@@ -35,6 +35,10 @@ type Machine struct {
 	WaitingSince time.Time
 	// Coordinator: the machine runs the coordinator that decides; it goes last.
 	Coordinator bool
+	// Reclaimable: it holds a turn it was given without budget, being unavailable then,
+	// and it is available again (liken's own cordon aside) before its drain ended. It keeps
+	// the turn only if the budget has room for it, as any other machine would get one.
+	Reclaimable bool
 	// ServersDown are the other servers an operator accepts as down while this server,
 	// unavailable itself, takes its turn (its approval's serversDown, for its pending set).
 	ServersDown []string
@@ -62,6 +66,12 @@ type Decision struct {
 	// Despite names, for a server granted while other servers are down because an
 	// operator accepted it (Machine.ServersDown), those servers.
 	Despite map[string][]string
+	// Unavailable says, for each machine granted without budget because it was
+	// unavailable already, why it was.
+	Unavailable map[string]string
+	// Revoke says, for each Reclaimable holder whose turn the budget has no room for, why
+	// it gives the turn back.
+	Revoke map[string]string
 }
 
 // Decide grants turns to waiting machines, oldest wait first (then by name), while the
@@ -74,13 +84,18 @@ type Decision struct {
 // takes nothing more away. The coordinator's own machine goes last: only when no other
 // machine waits.
 func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, error) {
-	d := Decision{Wait: map[string]string{}, Despite: map[string][]string{}}
+	d := Decision{Wait: map[string]string{}, Despite: map[string][]string{}, Unavailable: map[string]string{}, Revoke: map[string]string{}}
 	budget, err := Budget(maxUnavailable, len(machines))
 	if err != nil {
 		return d, err
 	}
 	var down, downServers, turnServers []string
+	var reclaimable []Machine
 	for _, m := range machines {
+		if m.HoldsTurn && m.Reclaimable {
+			reclaimable = append(reclaimable, m)
+			continue
+		}
 		if m.Server && m.HoldsTurn {
 			turnServers = append(turnServers, m.Name)
 		}
@@ -90,6 +105,27 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			// the budget, not against the quorum.
 			if m.Server && (m.HoldsTurn || m.Unavailable != Cordoned) {
 				downServers = append(downServers, m.Name)
+			}
+		}
+	}
+	// A turn given to a machine that was down, which is up again before it went down for
+	// the turn: counted now as any machine's, after every other holder and every machine
+	// down; one the budget has no room for goes back (its machine waits again).
+	sort.SliceStable(reclaimable, func(i, j int) bool { return reclaimable[i].Name < reclaimable[j].Name })
+	for _, m := range reclaimable {
+		otherServers := without(downServers, m.Name)
+		switch {
+		case len(down) >= budget:
+			d.Revoke[m.Name] = fmt.Sprintf("it was given its turn while unavailable, which took nothing from the budget, and is available again before its drain ended: "+
+				"the disruption budget allows %d unavailable at once, and %d are: %s", budget, len(down), strings.Join(down, ", "))
+		case m.Server && len(without(otherServers, m.ServersDown...)) > 0:
+			d.Revoke[m.Name] = "it was given its turn while unavailable and is available again before its drain ended: one server at a time: " +
+				strings.Join(otherServers, ", ") + " is unavailable"
+		default:
+			down = append(down, m.Name)
+			if m.Server {
+				downServers = append(downServers, m.Name)
+				turnServers = append(turnServers, m.Name)
 			}
 		}
 	}
@@ -131,6 +167,7 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			// Already counted as unavailable: its reboot takes nothing more from the budget
 			// (the coordinator's own machine too: others could not go before it anyway).
 			d.Grant = append(d.Grant, m.Name)
+			d.Unavailable[m.Name] = m.Unavailable
 			if accepted {
 				d.Despite[m.Name] = otherServers
 			}

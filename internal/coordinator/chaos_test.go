@@ -330,9 +330,23 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 			return o.node == node && o.begin < rv && (o.end == 0 || o.end > rv) && o.seen.Before(seen.Add(-grace))
 		})
 	}
+	// grantedInOutage: the coordinator that wrote the grant at version rv may have read the
+	// machine's Node NotReady for the test's reason. It read the Machines and Nodes (live,
+	// run.go step) after reading prevRV, the version its write was conditional on, and wrote
+	// a moment later: an outage that began before rv and had not ended by prevRV (nor more
+	// than outageGrace before the grant was seen) may have been in its read, though it
+	// ended before the write was stored. By resource versions only otherwise: the Node and
+	// Cluster watches deliver in no common order.
+	grantedInOutage := func(node string, prevRV, rv uint64, seen time.Time) bool {
+		return slices.ContainsFunc(outages, func(o outage) bool {
+			return o.node == node && o.begin < rv &&
+				(o.end == 0 || o.end > rv || (o.end > prevRV && o.endSeen.After(seen.Add(-outageGrace))))
+		})
+	}
 	// A machine already unavailable gets its turn without budget (Decide), so a holder
 	// granted while its Node was down for another reason is not counted against it.
 	var prev []string
+	var prevRV uint64
 	grantedDown := map[string]bool{}
 	for _, v := range versions {
 		for h := range grantedDown {
@@ -344,10 +358,10 @@ func chaosRun(t *testing.T, seed uint64) chaosKills {
 		for _, h := range v.holders {
 			if !slices.Contains(prev, h) {
 				fresh = append(fresh, h)
-				grantedDown[h] = inOutage(h, v.rv, v.seen, 0)
+				grantedDown[h] = grantedInOutage(h, prevRV, v.rv, v.seen)
 			}
 		}
-		prev = v.holders
+		prev, prevRV = v.holders, v.rv
 		srv, counted := 0, 0
 		for _, h := range v.holders {
 			if roles[h] == v1alpha1.RoleServer {
@@ -543,7 +557,8 @@ func (cw *clusterWatch) sees(mark string, timeout time.Duration) bool {
 type outage struct {
 	node       string
 	begin, end uint64
-	seen       time.Time
+	// seen and endSeen: when the watch delivered its beginning and its end.
+	seen, endSeen time.Time
 }
 
 type nodeWatch struct {
@@ -600,6 +615,7 @@ func watchChaosNodes(f *fleetFixture) *nodeWatch {
 				for i := range nw.outs {
 					if nw.outs[i].node == n.Name && nw.outs[i].end == 0 {
 						nw.outs[i].end = rv
+						nw.outs[i].endSeen = time.Now()
 					}
 				}
 			}

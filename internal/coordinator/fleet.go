@@ -194,8 +194,10 @@ func MakePlan(f Fleet) (Plan, error) {
 		uncordoning[n] = true
 	}
 	held := map[string]bool{}
+	heldTurn := map[string]v1alpha1.Turn{}
 	for _, t := range turns {
 		held[t.Machine] = true
+		heldTurn[t.Machine] = t
 	}
 	blocks := map[string]v1alpha1.DrainBlock{}
 	var keptBlocks []v1alpha1.DrainBlock
@@ -252,8 +254,19 @@ func MakePlan(f Fleet) (Plan, error) {
 		if r := m.Spec.Reboot; r != nil && r.Approval != nil && r.Approval.PendingHash == m.Status.PendingHash {
 			serversDown = r.Approval.ServersDown
 		}
+		reclaimable := false
+		if t, ok := heldTurn[m.Name]; ok && t.GrantedUnavailable != "" && t.Phase == v1alpha1.TurnDraining {
+			// Given while down; up again, liken's own cordon aside, before it went down
+			// for the turn: the budget must have room for it now.
+			up := node
+			if up != nil && !t.CordonedBefore {
+				up = up.DeepCopy()
+				up.Spec.Unschedulable = false
+			}
+			reclaimable = machineUnavailable(m, up) == ""
+		}
 		ms = append(ms, Machine{
-			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer,
+			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer, Reclaimable: reclaimable,
 			Unavailable: machineUnavailable(m, node), HoldsTurn: held[m.Name],
 			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self, ServersDown: serversDown,
 		})
@@ -261,6 +274,21 @@ func MakePlan(f Fleet) (Plan, error) {
 	d, err := Decide(ms, cl.Spec.DisruptionBudget.MaxUnavailable)
 	if err != nil {
 		return p, err
+	}
+	if len(d.Revoke) > 0 {
+		kept := turns[:0:0]
+		for _, t := range turns {
+			why, ok := d.Revoke[t.Machine]
+			if !ok {
+				kept = append(kept, t)
+				continue
+			}
+			p.Released[t.Machine] = why
+			if f.Nodes[t.Machine] != nil && !t.CordonedBefore {
+				p.Uncordon = append(p.Uncordon, t.Machine)
+			}
+		}
+		turns = kept
 	}
 	paused := metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotPaused,
 		Message: "new reboot turns are given as the budget allows", ObservedGeneration: cl.Generation}
@@ -296,6 +324,7 @@ func MakePlan(f Fleet) (Plan, error) {
 		}
 		turns = append(turns, v1alpha1.Turn{
 			Machine: name, Since: now, PendingHash: m.Status.PendingHash, Phase: v1alpha1.TurnDraining, BootID: boot,
+			GrantedUnavailable: d.Unavailable[name],
 			// Not liken's own cordon of a turn ending in this same plan.
 			CordonedBefore: n != nil && n.Spec.Unschedulable && !uncordoning[name],
 		})

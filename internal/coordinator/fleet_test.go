@@ -451,3 +451,103 @@ func equalGates(a, b *v1alpha1.TurnGates) bool {
 	}
 	return a.Phase == b.Phase && a.Message == b.Message && a.BootID == b.BootID
 }
+
+// TestPlanTakesBackATurnGivenWhileDown: a machine given its turn while NotReady took nothing
+// from the budget; back before its drain ended, its turn counts as any other, so with m1
+// granted a turn meanwhile it gives its turn back (uncordoned) rather than go down beside
+// m1. Drained already, or still down, or with room in the budget, it keeps it.
+func TestPlanTakesBackATurnGivenWhileDown(t *testing.T) {
+	node := func(name string, ready, cordoned bool) *corev1.Node {
+		st := corev1.ConditionTrue
+		if !ready {
+			st = corev1.ConditionFalse
+		}
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Unschedulable: cordoned},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}}}
+	}
+	for _, tt := range []struct {
+		name      string
+		m2Ready   bool
+		phase     v1alpha1.TurnPhase
+		budget    int32
+		takenBack bool
+	}{
+		{"back before its drain ended", true, v1alpha1.TurnDraining, 1, true},
+		{"still NotReady", false, v1alpha1.TurnDraining, 1, false},
+		{"drained already: it goes down", true, v1alpha1.TurnDrained, 1, false},
+		{"room in the budget", true, v1alpha1.TurnDraining, 2, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			max := intstr.FromInt32(tt.budget)
+			since := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &max}}}
+			cl.Status.Turns = []v1alpha1.Turn{
+				{Machine: "m1", Since: since, PendingHash: "sha256:aa", Phase: v1alpha1.TurnDraining},
+				{Machine: "m2", Since: since, PendingHash: "sha256:aa", Phase: tt.phase, GrantedUnavailable: "NotReady"},
+			}
+			var ms []v1alpha1.Machine
+			for _, name := range []string{"m1", "m2", "m3"} {
+				m := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+				m.Status.Reboot.State, m.Status.PendingHash = v1alpha1.RebootDraining, "sha256:aa"
+				ms = append(ms, m)
+			}
+			ms[2].Status.Reboot.State, ms[2].Status.PendingHash = v1alpha1.RebootNone, ""
+			p, err := MakePlan(Fleet{Cluster: cl, Machines: ms, Self: "m3", Now: time.Now(),
+				Nodes: map[string]*corev1.Node{"m1": node("m1", true, true), "m2": node("m2", tt.m2Ready, true), "m3": node("m3", true, false)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			why, released := p.Released["m2"]
+			if released != tt.takenBack {
+				t.Fatalf("m2's turn taken back: %v (%q); want %v (turns %+v)", released, why, tt.takenBack, p.Status.Turns)
+			}
+			if _, ok := p.Released["m1"]; ok {
+				t.Errorf("m1's turn was taken back: %q", p.Released["m1"])
+			}
+			if !tt.takenBack {
+				return
+			}
+			if !strings.Contains(why, "given its turn while unavailable") || !strings.Contains(why, "are: m1") {
+				t.Errorf("why m2 gives its turn back: %q", why)
+			}
+			if !slices.Contains(p.Uncordon, "m2") {
+				t.Errorf("m2 is not uncordoned: %v", p.Uncordon)
+			}
+			if len(p.Status.Turns) != 1 || p.Status.Turns[0].Machine != "m1" {
+				t.Errorf("turns after: %+v; want m1's alone", p.Status.Turns)
+			}
+		})
+	}
+}
+
+// TestPlanRecordsATurnGivenWhileDown: the turn of a machine granted because it was down
+// already says so, and that of one granted from the budget does not.
+func TestPlanRecordsATurnGivenWhileDown(t *testing.T) {
+	two := intstr.FromInt32(2)
+	cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &two}}}
+	var ms []v1alpha1.Machine
+	nodes := map[string]*corev1.Node{}
+	for i, name := range []string{"m1", "m2", "m3"} {
+		m := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+		m.Status.Reboot.State, m.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:aa"
+		m.Spec.Reboot = &v1alpha1.RebootControl{Approval: &v1alpha1.RebootApproval{PendingHash: "sha256:aa"}}
+		ms = append(ms, m)
+		st := corev1.ConditionTrue
+		if i == 1 {
+			st = corev1.ConditionFalse
+		}
+		nodes[name] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}}}
+	}
+	p, err := MakePlan(Fleet{Cluster: cl, Machines: ms, Nodes: nodes, Self: "x", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, tr := range p.Status.Turns {
+		got[tr.Machine] = tr.GrantedUnavailable
+	}
+	want := map[string]string{"m1": "", "m2": "NotReady"}
+	if len(got) != 2 || got["m1"] != want["m1"] || got["m2"] != want["m2"] {
+		t.Errorf("turns given (machine: granted while): %v; want %v", got, want)
+	}
+}

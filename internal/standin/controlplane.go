@@ -418,6 +418,10 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--kubelet-client-certificate=" + tls("client-kube-apiserver.crt"),
 		"--kubelet-client-key=" + tls("client-kube-apiserver.key"),
 		"--kubelet-certificate-authority=" + tls("server-ca.crt"),
+		// k3s's (without flannel-external-ip): the API server reaches a kubelet, for logs,
+		// exec and the node proxy, at its Node's InternalIP, not at a hostname nothing
+		// resolves; k3s's egress tunnel aside, which the stand-in has not.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--anonymous-auth=false",

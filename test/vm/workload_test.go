@@ -104,6 +104,14 @@ type watched struct {
 	// fewest is the fewest pods ready at once, at when.
 	fewest int
 	at     time.Time
+	// then describes the pods at that moment: which were not ready and why (their Ready
+	// condition, a deletion), so a failure says whether a drain or something else did it.
+	then string
+	// fewestAtEviction is the fewest other pods ready when one was deleted (an eviction by
+	// a drain: what a PodDisruptionBudget governs), with evictionThen describing them; -1
+	// when none was deleted.
+	fewestAtEviction int
+	evictionThen     string
 	// changes counts the changes seen.
 	changes int
 	// cameBack names, by node, the pods that became ready (where drained pods came back);
@@ -121,15 +129,51 @@ func (w *workload) availability(t *testing.T) (stop func() watched) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var mu sync.Mutex
 	readyPods := map[string]bool{}
-	seen := watched{fewest: int(w.replicas), cameBack: map[string][]string{}, gone: map[string]bool{}}
+	last := map[string]*corev1.Pod{}
+	seen := watched{fewest: int(w.replicas), fewestAtEviction: -1, cameBack: map[string][]string{}, gone: map[string]bool{}}
 	watching := map[string]bool{} // pods seen ready when the watch began, or since
 	listed := false
+	// describe says how the pods are now, under mu.
+	describe := func() string {
+		var b strings.Builder
+		for name, p := range last {
+			fmt.Fprintf(&b, "%s on %q: ready %v", name, p.Spec.NodeName, readyPods[name])
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady {
+					fmt.Fprintf(&b, " (Ready %s since %s, %s %s)", c.Status, c.LastTransitionTime.Format(time.TimeOnly), c.Reason, c.Message)
+				}
+			}
+			if p.DeletionTimestamp != nil {
+				fmt.Fprintf(&b, ", deleted at %s", p.DeletionTimestamp.Format(time.TimeOnly))
+			}
+			b.WriteString("; ")
+		}
+		return b.String()
+	}
+	// evicted records, as pod name is deleted (its deletion begins, or it is gone without
+	// the watch having seen that), how many of the others are ready, under mu.
+	evicted := func(name string) {
+		n := 0
+		for other, r := range readyPods {
+			if r && other != name {
+				n++
+			}
+		}
+		if seen.fewestAtEviction < 0 || n < seen.fewestAtEviction {
+			seen.fewestAtEviction, seen.evictionThen = n, name+" deleted; "+describe()
+		}
+	}
 	// update records pod name's state (p nil: deleted), under mu.
 	update := func(name string, p *corev1.Pod) {
+		if old := last[name]; listed && (p == nil && old != nil && old.DeletionTimestamp == nil || p != nil && p.DeletionTimestamp != nil && (old == nil || old.DeletionTimestamp == nil)) {
+			evicted(name)
+		}
 		if p == nil {
 			delete(readyPods, name)
+			delete(last, name)
 			seen.gone[name] = true
 		} else {
+			last[name] = p.DeepCopy()
 			readyPods[name] = p.DeletionTimestamp == nil && ready(p)
 			if readyPods[name] && !watching[name] {
 				watching[name] = true
@@ -149,6 +193,7 @@ func (w *workload) availability(t *testing.T) (stop func() watched) {
 		}
 		if n < seen.fewest {
 			seen.fewest, seen.at = n, time.Now()
+			seen.then = describe()
 		}
 	}
 	done := make(chan struct{})
