@@ -198,6 +198,20 @@ type Rollout struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="workloadsTimeout must be a duration from 10s to 24h, such as 10m"
 	WorkloadsTimeout *metav1.Duration `json:"workloadsTimeout,omitempty"`
+	// CommitAfterGates: a machine's trial boot makes its new slot the default only once its
+	// gates (the workloads that had pods on it, and gates above) have passed on that boot;
+	// gates that fail end the trial at once, and the machine falls back to its last good
+	// slot, which counts as a failed trial (maxFailures). The trial's health deadline (10
+	// minutes unless the release says otherwise) bounds the wait: gates slower than it fail
+	// the trial too. Default true; false commits a trial on its own health alone, and the
+	// gates then only hold the next machine's turn.
+	// +optional
+	CommitAfterGates *bool `json:"commitAfterGates,omitempty"`
+}
+
+// CommitsAfterGates is spec.rollout.commitAfterGates, or its default (true).
+func (r *Rollout) CommitsAfterGates() bool {
+	return r == nil || r.CommitAfterGates == nil || *r.CommitAfterGates
 }
 
 // DefaultGateTimeout is a gate's timeout, and spec.rollout.workloadsTimeout, when unset.

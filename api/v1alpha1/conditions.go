@@ -74,6 +74,11 @@ const (
 	ReasonWatchdog        = "Watchdog"
 	ReasonHealthDeadline  = "HealthDeadline"
 	ReasonBootInterrupted = "BootInterrupted"
+	// ReasonGateFailed: after its reboot, a machine's gates (spec.rollout.gates, or the
+	// workloads that ran on it) failed or did not pass in time: an Event, the reason of
+	// the failure the coordinator records in status.rollout.gateFailures, and, when the
+	// trial ended for it (spec.rollout.commitAfterGates), of UpgradeFailed.
+	ReasonGateFailed = "GateFailed"
 	// ReasonTrialFailed is used when the machine knows only that the trial did not commit.
 	ReasonTrialFailed = "TrialFailed"
 	// ReasonCommitted: the last trial passed and became the default slot.

@@ -107,12 +107,14 @@ type Config struct {
 
 // Agent is a running machine agent.
 type Agent struct {
-	cfg    Config
-	liken  *kube.Client
-	kube   kubernetes.Interface
-	events *event.Recorder
-	queue  workqueue.TypedRateLimitingInterface[string]
-	log    *slog.Logger
+	// trialWaiting is what this boot's trial waited for at the last pass ("" when nothing).
+	trialWaiting string
+	cfg          Config
+	liken        *kube.Client
+	kube         kubernetes.Interface
+	events       *event.Recorder
+	queue        workqueue.TypedRateLimitingInterface[string]
+	log          *slog.Logger
 
 	machines, clusters, nodes cache.Store
 

@@ -203,6 +203,18 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 	if waiting == "" && at != nil && len(at.Peers) > 0 {
 		waiting = a.peersReach(ctx, at.Peers)
 	}
+	if waiting == "" {
+		var failed string
+		if waiting, failed = trialGates(c, a.cfg.Machine, bi.BootID); failed != "" {
+			a.log.Warn("the trial's gates failed: ending it; the machine falls back to its last good slot", "why", failed)
+			a.events.Eventf(m, corev1.EventTypeWarning, v1alpha1.ReasonGateFailed, "the trial boot of slot %s was healthy, but its gates failed: %s; it ends, and the machine falls back to its last good slot", bi.Slot, failed)
+			if err := a.cfg.Boot.FailTrial(ctx, failed); err != nil {
+				return err
+			}
+			return nil
+		}
+	}
+	a.trialWaiting = waiting
 	if at != nil && at.Waiting != waiting {
 		at.Waiting = waiting
 		if err := a.cfg.State.Save(a.st); err != nil {
@@ -234,6 +246,41 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 	// The view was computed before the commit.
 	out.view = a.upgrade(ctx, m, c, out)
 	return nil
+}
+
+// trialGates says what a trial healthy by its own account still waits for from its gates
+// (spec.rollout.commitAfterGates), or, once they failed on this boot, why they did. The
+// coordinator judges the gates of the turn the machine rebooted for (Drained, given on
+// another boot) and writes its verdict there with the boot ID it judged. Nothing is waited
+// for without such a turn (an operator gave it back, or the reboot had none), when
+// commitAfterGates is off, or when the coordinator records no boot ID in its turns (one
+// older than the gates, as during a fleet's upgrade, whose coordinator goes last).
+func trialGates(c *v1alpha1.Cluster, machine, bootID string) (waiting, failed string) {
+	if c == nil || !c.Spec.Rollout.CommitsAfterGates() || bootID == "" {
+		return "", ""
+	}
+	for _, t := range c.Status.Turns {
+		if t.Machine != machine || t.Phase != v1alpha1.TurnDrained || t.BootID == "" || t.BootID == bootID {
+			continue
+		}
+		g := t.Gates
+		switch {
+		case g == nil || g.BootID != bootID || g.Phase == v1alpha1.GateChecking:
+			why := "its gates: the coordinator checks that the workloads that had pods here are back, and spec.rollout.gates"
+			if g != nil && g.BootID == bootID && g.Message != "" {
+				why += " (" + g.Message + ")"
+			}
+			return why, ""
+		case g.Phase == v1alpha1.GateFailed:
+			msg := g.Message
+			if g.Gate != "" {
+				msg = "gate " + g.Gate + ": " + msg
+			}
+			return "", msg
+		}
+		return "", ""
+	}
+	return "", ""
 }
 
 // trialWaits says what a trial's commit still waits for on this boot, or "".

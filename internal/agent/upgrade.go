@@ -29,6 +29,8 @@ type Boot interface {
 	SetSlot(ctx context.Context, slot string, r bootloader.SlotRecord) error
 	Reboot(ctx context.Context, r supervisor.RebootRequest) error
 	CommitTrial(ctx context.Context) error
+	// FailTrial ends this uncommitted trial now: init reboots into the last good slot.
+	FailTrial(ctx context.Context, message string) error
 }
 
 // SlotDevice says where a slot's bytes live: its partition, or its region of a disk image.
@@ -424,6 +426,8 @@ func trialFailure(at *state.Attempt, boots []state.BootRecord) (reason, msg stri
 			return v1alpha1.ReasonHealthDeadline, "the trial boot was not healthy in time: " + trial.Message
 		case state.EndInitFailed:
 			return v1alpha1.ReasonInitFailed, "liken's init failed in the trial boot: " + trial.Message
+		case state.EndGatesFailed:
+			return v1alpha1.ReasonGateFailed, "the trial boot was healthy, but its gates failed: " + trial.Message
 		}
 	}
 	if len(next) > 0 {
@@ -519,8 +523,11 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 	if v.release.Trial {
 		v.status.State, v.status.TargetSlot = v1alpha1.UpgradeTrial, v1alpha1.Slot(bi.Slot)
 		v.status.Message = fmt.Sprintf("trial boot of slot %s: it becomes the default once k3s is healthy and the Node Ready on this boot", bi.Slot)
-		if at := a.st.Attempt; at != nil && at.Waiting != "" {
-			v.status.Message += "; " + at.Waiting
+		if c != nil && c.Spec.Rollout.CommitsAfterGates() {
+			v.status.Message += ", and its gates pass (spec.rollout.commitAfterGates)"
+		}
+		if a.trialWaiting != "" {
+			v.status.Message += "; " + a.trialWaiting
 		}
 		return v
 	}

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
@@ -109,6 +110,26 @@ func (b *fakeBoot) CommitTrial(context.Context) error {
 		return errors.New("not a trial")
 	}
 	b.info.Committed, b.info.DefaultSlot = true, b.info.Slot
+	return nil
+}
+
+// FailTrial ends the trial as init does: the boot record says why, and the machine
+// reboots (into its last good slot: bootAsArmed finds no trial armed).
+func (b *fakeBoot) FailTrial(_ context.Context, msg string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.info.Trial:
+		return errors.New("not a trial")
+	case b.info.Committed:
+		return errors.New("committed already")
+	case b.rebootPending:
+		return errors.New("a reboot is already under way")
+	}
+	b.info.Boots[len(b.info.Boots)-1].End = state.EndGatesFailed
+	b.info.Boots[len(b.info.Boots)-1].Message = msg
+	b.reboots = append(b.reboots, supervisor.RebootRequest{Why: "the trial failed its gates"})
+	b.rebootPending = true
 	return nil
 }
 
@@ -493,6 +514,7 @@ func TestTrialFailureReasons(t *testing.T) {
 		{"init failed", []state.BootRecord{arming, trial(state.BootRecord{Reached: "system", End: state.EndInitFailed, Message: "no layer"}), after(state.BootRecord{})}, v1alpha1.ReasonInitFailed},
 		{"kernel panic", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{Panic: "Kernel panic - not syncing: sysrq triggered crash"})}, v1alpha1.ReasonKernelPanic},
 		{"init exited", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{Panic: "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"})}, v1alpha1.ReasonInitFailed},
+		{"gates failed", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s", End: state.EndGatesFailed, Message: "gate smoke: Job failed"}), after(state.BootRecord{})}, v1alpha1.ReasonGateFailed},
 		{"watchdog", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{WatchdogReset: true})}, v1alpha1.ReasonWatchdog},
 		{"power cut", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{})}, v1alpha1.ReasonBootInterrupted},
 		{"never reached init", []state.BootRecord{arming, after(state.BootRecord{})}, v1alpha1.ReasonTrialFailed},
@@ -692,5 +714,138 @@ func TestTrialCommitsDespiteUnrelatedFailures(t *testing.T) {
 	})
 	if m, _ := f.liken.Machine(t.Context(), "x1"); len(m.Status.Upgrade.FailedReleases) > 0 {
 		t.Errorf("a release was recorded as failed: %+v", m.Status.Upgrade.FailedReleases)
+	}
+}
+
+// TestTrialGates: what a healthy trial still waits for from its gates, by the turn the
+// coordinator keeps for it.
+func TestTrialGates(t *testing.T) {
+	off := false
+	turn := func(boot string, g *v1alpha1.TurnGates) v1alpha1.Turn {
+		return v1alpha1.Turn{Machine: "m1", Phase: v1alpha1.TurnDrained, BootID: boot, Gates: g}
+	}
+	gates := func(phase v1alpha1.GatePhase, boot, gate, msg string) *v1alpha1.TurnGates {
+		return &v1alpha1.TurnGates{Phase: phase, BootID: boot, Gate: gate, Message: msg}
+	}
+	for _, tt := range []struct {
+		name    string
+		rollout *v1alpha1.Rollout
+		turns   []v1alpha1.Turn
+		waits   bool
+		failed  string
+	}{
+		{"no turn", nil, nil, false, ""},
+		{"another machine's turn", nil, []v1alpha1.Turn{{Machine: "m2", Phase: v1alpha1.TurnDrained, BootID: "b1"}}, false, ""},
+		{"not judged yet", nil, []v1alpha1.Turn{turn("b1", nil)}, true, ""},
+		{"checking", nil, []v1alpha1.Turn{turn("b1", gates(v1alpha1.GateChecking, "b2", "", "web 1 of 2 available"))}, true, ""},
+		{"a verdict on another boot", nil, []v1alpha1.Turn{turn("b1", gates(v1alpha1.GatePassed, "b0", "", ""))}, true, ""},
+		{"passed", nil, []v1alpha1.Turn{turn("b1", gates(v1alpha1.GatePassed, "b2", "", ""))}, false, ""},
+		{"failed", nil, []v1alpha1.Turn{turn("b1", gates(v1alpha1.GateFailed, "b2", "smoke", "Job smoke-1 failed"))}, false, "gate smoke: Job smoke-1 failed"},
+		{"commitAfterGates off", &v1alpha1.Rollout{CommitAfterGates: &off}, []v1alpha1.Turn{turn("b1", nil)}, false, ""},
+		{"a coordinator older than the gates (no boot ID in its turn)", nil, []v1alpha1.Turn{turn("", nil)}, false, ""},
+		{"still draining", nil, []v1alpha1.Turn{{Machine: "m1", Phase: v1alpha1.TurnDraining, BootID: "b1"}}, false, ""},
+		{"a turn given on this boot", nil, []v1alpha1.Turn{turn("b2", nil)}, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Rollout: tt.rollout}}
+			c.Status.Turns = tt.turns
+			waiting, failed := trialGates(c, "m1", "b2")
+			if (waiting != "") != tt.waits || failed != tt.failed {
+				t.Errorf("waiting %q, failed %q; want waiting %v, failed %q", waiting, failed, tt.waits, tt.failed)
+			}
+			if tt.waits && !strings.Contains(waiting, "its gates") {
+				t.Errorf("waiting %q does not say it waits for its gates", waiting)
+			}
+		})
+	}
+	if w, f := trialGates(nil, "m1", "b2"); w != "" || f != "" {
+		t.Errorf("without a Cluster: %q %q", w, f)
+	}
+}
+
+// TestTrialCommitsAfterItsGates: a trial boot healthy by its own account commits only once
+// the coordinator's verdict on its gates, for this boot, is Passed, and says meanwhile that
+// it waits for them; a Failed verdict ends the trial (init reboots into the last good slot,
+// GateFailed and the gate's message in the boot log, which TestTrialFailureReasons reads as
+// the failure's reason), with a GateFailed Event. The coordinator's side is written by hand
+// here (no coordinator runs): its gates are internal/coordinator's tests.
+func TestTrialCommitsAfterItsGates(t *testing.T) {
+	f := setupFleet(t, map[string]v1alpha1.Role{"g1": v1alpha1.RoleAgent})
+	setTurn := func(t *testing.T, g *v1alpha1.TurnGates) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c, err := f.liken.Cluster(t.Context())
+			if err != nil {
+				return err
+			}
+			c.Status.Turns = nil
+			if g != nil {
+				g.Since = metav1.NewTime(time.Now().Truncate(time.Second))
+				c.Status.Turns = []v1alpha1.Turn{{Machine: "g1", Since: metav1.NewTime(time.Now().Truncate(time.Second)), Phase: v1alpha1.TurnDrained, BootID: "boot-1", Gates: g}}
+			}
+			_, err = f.liken.UpdateClusterStatus(t.Context(), c)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := f.liken.Cluster(context.Background())
+		if err == nil {
+			c.Status.Turns = nil
+			f.liken.UpdateClusterStatus(context.Background(), c)
+		}
+	})
+	for _, tt := range []struct {
+		name    string
+		verdict v1alpha1.GatePhase
+	}{
+		{"passed", v1alpha1.GatePassed},
+		{"failed", v1alpha1.GateFailed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			boot := f.bootedOnClusterRelease(t)
+			boot.info.Slots["B"] = boot.info.Slots["A"]
+			s := newSim(t, "g1", v1alpha1.RoleAgent)
+			s.bootCtl = boot
+			s.boot(t, f)
+			// The machine drained on boot-1 and came back in a trial of slot B: the
+			// coordinator checks its gates.
+			setTurn(t, &v1alpha1.TurnGates{Phase: v1alpha1.GateChecking, BootID: "boot-2", Message: "Deployment default/web: 1 of 2 available"})
+			boot.boot("boot-2", "B", true, "")
+			s.start(t)
+			defer s.stop()
+			f.waitFor(t, "g1", "a healthy trial waiting for its gates", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+				return condTrue(m, v1alpha1.MachineReady) && m.Status.Upgrade.State == v1alpha1.UpgradeTrial &&
+					strings.Contains(m.Status.Upgrade.Message, "its gates") && strings.Contains(m.Status.Upgrade.Message, "1 of 2 available")
+			})
+			if boot.get().Committed || boot.rebootCount() != 0 {
+				t.Fatalf("the trial committed or ended before its gates' verdict: committed %v, reboots %d", boot.get().Committed, boot.rebootCount())
+			}
+			g := &v1alpha1.TurnGates{Phase: tt.verdict, BootID: "boot-2"}
+			if tt.verdict == v1alpha1.GateFailed {
+				g.Gate, g.Message = "smoke", "Job smoke-g1 failed"
+			}
+			setTurn(t, g)
+			if tt.verdict == v1alpha1.GatePassed {
+				waitCount(t, "the trial committed", func() bool { return boot.get().Committed })
+				if boot.rebootCount() != 0 {
+					t.Errorf("%d reboots after the gates passed", boot.rebootCount())
+				}
+				return
+			}
+			waitCount(t, "the trial ended", func() bool { return boot.rebootCount() == 1 })
+			if boot.get().Committed {
+				t.Fatal("a trial whose gates failed was committed")
+			}
+			if last := boot.get().Boots; last[len(last)-1].End != state.EndGatesFailed || last[len(last)-1].Message != "gate smoke: Job smoke-g1 failed" {
+				t.Errorf("the trial's boot record: %+v", last[len(last)-1])
+			}
+			waitCount(t, "a GateFailed Event on g1", func() bool {
+				evs, err := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=g1,reason=" + v1alpha1.ReasonGateFailed})
+				return err == nil && len(evs.Items) > 0 && strings.Contains(evs.Items[0].Message, "Job smoke-g1 failed")
+			})
+		})
 	}
 }

@@ -198,6 +198,12 @@ func (a *procAgent) step(ctx context.Context) error {
 	case st == v1alpha1.RebootRebooting:
 		// The intent is written before the status: going down without it could reboot twice.
 		return fmt.Errorf("rebooting for %s with no record of it", hash)
+	case (turn == nil || turn.PendingHash != hash) && st == v1alpha1.RebootDraining && hash != "":
+		// Its turn was taken back before it went down (it was given while the machine was
+		// down, and the budget had no room for it once back): it waits again, as a real
+		// agent's next pass says.
+		a.acting(true)
+		return a.writeStatus(ctx, func(s *v1alpha1.MachineStatus) { s.Reboot.State = v1alpha1.RebootWaitingForTurn })
 	case turn == nil || turn.PendingHash != hash || hash == "":
 	case turn.Phase == v1alpha1.TurnDraining && st == v1alpha1.RebootWaitingForTurn:
 		a.acting(true)

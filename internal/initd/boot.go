@@ -33,6 +33,8 @@ type bootControl struct {
 
 	committed     bool
 	committedCh   chan struct{}
+	// failedCh is closed when the agent ends the trial (FailTrial).
+	failedCh chan struct{}
 	rebootPending bool
 	// layerDigest is the deployment layer's digest as built ("" when the disk records none).
 	layerDigest string
@@ -47,7 +49,7 @@ type bootControl struct {
 func newBootControl(log io.Writer, cmd initramfs.Cmdline, version string, reboot func(string)) *bootControl {
 	b := &bootControl{log: log, esp: newESPOwner(log), slot: cmd["liken.slot"], trial: cmd["liken.trial"] == "1", version: version,
 		bootID: readTrim("/proc/sys/kernel/random/boot_id"), boots: state.BootLog{Dir: likenState},
-		committedCh: make(chan struct{}), reboot: reboot}
+		committedCh: make(chan struct{}), failedCh: make(chan struct{}), reboot: reboot}
 	if up, err := strconv.ParseFloat(strings.Fields(readTrim("/proc/uptime") + " 0")[0], 64); err == nil {
 		b.bootTime = time.Now().Add(-time.Duration(up * float64(time.Second))).UTC().Truncate(time.Second)
 	}
@@ -220,6 +222,31 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 	return nil
 }
 
+// FailTrial implements supervisor.Boot: the agent found the trial unfit before its deadline
+// (its gates failed). The boot loader made the last good slot the next boot already, when
+// it started this trial, so a reboot is the fallback; the record says why, before it.
+func (b *bootControl) FailTrial(message string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.trial:
+		return errors.New("this boot is not a trial")
+	case b.committed:
+		return errors.New("this trial is committed already: it is the default slot, and a rollback is an upgrade to the other slot")
+	case b.rebootPending:
+		return errors.New("a reboot is already under way")
+	}
+	if message == "" {
+		message = "the agent ended it"
+	}
+	b.record(func(r *state.BootRecord) { r.End, r.Message = state.EndGatesFailed, message })
+	fmt.Fprintf(b.log, "liken-init: trial of slot %s failed its gates: %s; rebooting into the last good slot\n", b.slot, message)
+	b.rebootPending = true
+	close(b.failedCh)
+	b.reboot("the trial failed its gates")
+	return nil
+}
+
 // Commit implements supervisor.Boot: the trial's slot and kernel arguments become the
 // default.
 func (b *bootControl) Commit() error {
@@ -230,6 +257,11 @@ func (b *bootControl) Commit() error {
 	}
 	if b.committed {
 		return nil
+	}
+	select {
+	case <-b.failedCh:
+		return errors.New("this trial failed its gates and ends: it is not committed")
+	default:
 	}
 	err := b.withESP(func(e bootloader.ESP) error {
 		return e.UpdateEnv(func(env bootloader.Env) {

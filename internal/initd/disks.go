@@ -29,7 +29,9 @@ func (s *system) dataDisks() error {
 		env.InstallDisk = datadisk.WholeDisk("/sys", "/dev", dev)
 	}
 	start := time.Now()
+	release := holdReaper() // sgdisk, mke2fs and mkswap are waited for here
 	s.report.DiskStatus = env.Apply(disks)
+	release()
 	refused := s.disksNotReady()
 	fmt.Fprintf(s.log, "liken-init: data disks done in %s: %d of %d ready\n", time.Since(start).Round(time.Millisecond), len(disks)-len(refused), len(disks))
 	if len(refused) > 0 {

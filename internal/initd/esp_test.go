@@ -79,7 +79,7 @@ func trialBoot(t *testing.T, dev, fstype string) (*bootControl, *atomic.Int32) {
 	t.Cleanup(esp.release)
 	reboots := &atomic.Int32{}
 	b := &bootControl{log: testLog{t}, esp: esp, slot: bootloader.SlotB, trial: true, version: "b", bootID: "boot-1",
-		boots: state.BootLog{Dir: t.TempDir()}, committedCh: make(chan struct{}), reboot: func(string) { reboots.Add(1) }}
+		boots: state.BootLog{Dir: t.TempDir()}, committedCh: make(chan struct{}), failedCh: make(chan struct{}), reboot: func(string) { reboots.Add(1) }}
 	return b, reboots
 }
 
@@ -213,5 +213,44 @@ func TestESPLeftMounted(t *testing.T) {
 	}
 	if n := mountsAt(b.esp.dir); n != 1 {
 		t.Errorf("%d mounts at the ESP's mount point, want only its private bind", n)
+	}
+}
+
+// TestFailTrial: the agent ends a trial whose gates failed: the boot log says so, init
+// reboots once (into the last good slot, which the boot loader made the next boot), the
+// deadline's wait ends, and neither a commit nor a second end follows.
+func TestFailTrial(t *testing.T) {
+	b, reboots := trialBoot(t, "", "")
+	b.record(func(r *state.BootRecord) { r.ID, r.Slot, r.Trial = b.bootID, b.slot, true })
+	if err := b.FailTrial("gate smoke: Job smoke-x failed"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.failedCh:
+	default:
+		t.Error("the deadline's wait was not told the trial ended")
+	}
+	if n := reboots.Load(); n != 1 {
+		t.Errorf("%d reboots; want 1", n)
+	}
+	boots, err := b.boots.Load()
+	if err != nil || len(boots) == 0 {
+		t.Fatalf("boot log: %v %v", boots, err)
+	}
+	if last := boots[len(boots)-1]; last.End != state.EndGatesFailed || last.Message != "gate smoke: Job smoke-x failed" {
+		t.Errorf("boot record: end %q, message %q", last.End, last.Message)
+	}
+	if err := b.Commit(); err == nil || !strings.Contains(err.Error(), "failed its gates") {
+		t.Errorf("a commit after the end: %v", err)
+	}
+	if err := b.FailTrial("again"); err == nil || !strings.Contains(err.Error(), "already under way") {
+		t.Errorf("a second end: %v", err)
+	}
+	if n := reboots.Load(); n != 1 {
+		t.Errorf("%d reboots after the refused calls; want 1", n)
+	}
+	notTrial := &bootControl{log: testLog{t}, boots: state.BootLog{Dir: t.TempDir()}, failedCh: make(chan struct{}), reboot: func(string) { reboots.Add(1) }}
+	if err := notTrial.FailTrial("x"); err == nil || !strings.Contains(err.Error(), "not a trial") {
+		t.Errorf("ending a boot that is no trial: %v", err)
 	}
 }

@@ -102,8 +102,7 @@ func (s *system) preflight() error {
 	}
 	// The checks run modprobe and wait for it: the reaper must not take its exit. Nothing
 	// else has started yet whose exit it would miss.
-	reaperPaused.Store(true)
-	defer reaperPaused.Store(false)
+	defer holdReaper()()
 	h := preflight.DefaultHost(k3s.HostPATH, built)
 	return preflight.Run(h.Checks(false, s.log), s.log, "liken-init")
 }
@@ -122,7 +121,9 @@ func (s *system) checkK3sPATH(pid func() int, stop <-chan struct{}) {
 			if m, err := preflight.LookPath("modprobe", env["PATH"]); err == nil {
 				fmt.Fprintf(s.log, "liken-init: k3s's PATH reaches modprobe at %s\n", m)
 			}
+			release := holdReaper() // it runs iptables and waits for it
 			err := preflight.Host{PATH: env["PATH"]}.Iptables()
+			release()
 			s.report.PreflightDone = true
 			if err == nil {
 				fmt.Fprintf(s.log, "liken-init: preflight: iptables through k3s's PATH: ok (%s)\n", env["PATH"])

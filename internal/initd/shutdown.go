@@ -44,7 +44,7 @@ func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s f
 	// A shutdown that hangs (a mount that never lets go) must not hang the machine: the
 	// watchdog is pinged only until the longest a shutdown takes, then resets it.
 	s.watchdog.PingUntil(start.Add(shutdownBudget))
-	reaperPaused.Store(true) // its commands are waited for here; endProcesses reaps the rest
+	holdReaper() // for good: its commands are waited for here; endProcesses reaps the rest
 	fmt.Fprintln(s.log, "liken-init: shutting down: the agent, the containers, k3s, then every process left")
 	stopAgent()
 	<-agentDone

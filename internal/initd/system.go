@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -490,6 +490,7 @@ func (s *system) run() error {
 		go func() {
 			select {
 			case <-s.boot.committedCh:
+			case <-s.boot.failedCh:
 			case <-time.After(deadline):
 				fmt.Fprintf(s.log, "liken-init: trial of slot %s missed its health deadline; rebooting into the last good slot\n", s.boot.slot)
 				msg := s.withDisks(fmt.Sprintf("not found healthy within %s; %s", deadline, reachable(s.apiURL())))
@@ -587,31 +588,76 @@ func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
 	return env
 }
 
-// reaperPaused stops reap at shutdown, so it cannot collect a command init waits for.
-var reaperPaused atomic.Bool
+// reaper is reap's state: while any of init's own commands runs (a preflight's modprobe,
+// a data disk's mke2fs, the iptables check, shutdown's), reap collects nothing, since a
+// child's exit is for the one command that waits for it (before, a reap between a command's
+// exit and its wait made the wait fail: "mke2fs: waitid: no child processes", and the disk
+// was marked Failed). Orphans wait meanwhile, and are collected once the last hold ends.
+var reaper struct {
+	mu    sync.Mutex
+	held  int
+	again chan struct{}
+}
+
+func init() { reaper.again = make(chan struct{}, 1) }
+
+// holdReaper keeps reap from collecting any child until release; holds may overlap.
+func holdReaper() (release func()) {
+	reaper.mu.Lock()
+	reaper.held++
+	reaper.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			reaper.mu.Lock()
+			reaper.held--
+			last := reaper.held == 0
+			reaper.mu.Unlock()
+			if last {
+				select {
+				case reaper.again <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+}
 
 // reap collects orphaned processes reparented to init (exited containerd shims, say), leaving
-// its own children to the supervisor that waits for them.
+// its own children to the supervisor that waits for them, and nothing while init's own
+// commands run (holdReaper).
 func reap() {
 	ch := make(chan os.Signal, 16)
 	signal.Notify(ch, syscall.SIGCHLD)
-	for range ch {
-		if reaperPaused.Load() {
-			continue // shutdown runs commands of its own and reaps what is left itself
+	for {
+		select {
+		case <-ch:
+		case <-reaper.again:
 		}
-		for {
-			var info unix.Siginfo
-			// Peek at a zombie without collecting it.
-			if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
-				break
-			}
-			pid := int(binary.LittleEndian.Uint32(siginfoPid(&info)))
-			if pid == 0 || supervised(pid) {
-				break
-			}
-			var ws unix.WaitStatus
-			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		reapOrphans()
+	}
+}
+
+// reapOrphans collects the exited children nobody waits for, unless a hold is on; holding
+// reaper.mu throughout, so no hold (and no command of init's) starts halfway.
+func reapOrphans() {
+	reaper.mu.Lock()
+	defer reaper.mu.Unlock()
+	if reaper.held > 0 {
+		return
+	}
+	for {
+		var info unix.Siginfo
+		// Peek at a zombie without collecting it.
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+			break
 		}
+		pid := int(binary.LittleEndian.Uint32(siginfoPid(&info)))
+		if pid == 0 || supervised(pid) {
+			break
+		}
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 	}
 }
 

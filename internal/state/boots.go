@@ -89,6 +89,9 @@ const (
 	EndPowerOff       = "poweroff"
 	EndHealthDeadline = "health-deadline"
 	EndInitFailed     = "init-failed"
+	// EndGatesFailed: the agent ended the trial before its deadline, the machine's gates
+	// having failed on it (Cluster spec.rollout.commitAfterGates).
+	EndGatesFailed = "gates-failed"
 )
 
 // maxBoots is how many boot records are kept.

@@ -44,6 +44,14 @@ type Boot interface {
 	Reboot(r RebootRequest) error
 	// Commit makes the slot this trial booted (and its kernel arguments) the default.
 	Commit() error
+	// FailTrial ends an uncommitted trial now, as a missed health deadline would: the
+	// machine reboots into its last good slot, and the boot log says why.
+	FailTrial(message string) error
+}
+
+// TrialFailure is why the agent ends a trial before its deadline.
+type TrialFailure struct {
+	Message string `json:"message"`
 }
 
 // BootInfo is what the machine booted.
@@ -173,6 +181,18 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 		}
 		io.WriteString(w, "committed\n")
 	})
+	mux.HandleFunc("POST /v1/trial/fail", func(w http.ResponseWriter, r *http.Request) {
+		var f TrialFailure
+		if !boot(w) || !decode(w, r, &f) {
+			return
+		}
+		if err := s.Boot.FailTrial(f.Message); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, "the trial ends: rebooting into the last good slot\n")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -240,6 +260,12 @@ func (c Client) RestartK3s(ctx context.Context) error {
 // CommitTrial asks init to make the slot this trial booted the default.
 func (c Client) CommitTrial(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/trial/commit", nil, nil, "asking init to commit the trial")
+}
+
+// FailTrial asks init to end this uncommitted trial now, the machine falling back to its
+// last good slot, with message in the boot log.
+func (c Client) FailTrial(ctx context.Context, message string) error {
+	return c.call(ctx, http.MethodPost, "/v1/trial/fail", TrialFailure{Message: message}, nil, "asking init to end the trial")
 }
 
 // BootInfo asks init what the machine booted.

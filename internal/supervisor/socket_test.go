@@ -16,6 +16,7 @@ type recordingBoot struct {
 	slots   map[string]bootloader.SlotRecord
 	reboots []RebootRequest
 	commits int
+	fails   []string
 }
 
 func (b *recordingBoot) Info() (BootInfo, error) {
@@ -32,6 +33,13 @@ func (b *recordingBoot) SetSlot(slot string, r bootloader.SlotRecord) error {
 
 func (b *recordingBoot) Reboot(r RebootRequest) error { b.reboots = append(b.reboots, r); return nil }
 func (b *recordingBoot) Commit() error                { b.commits++; return errors.New("this boot is not a trial") }
+func (b *recordingBoot) FailTrial(msg string) error {
+	b.fails = append(b.fails, msg)
+	if len(b.fails) > 1 {
+		return errors.New("a reboot is already under way")
+	}
+	return nil
+}
 
 func serve(t *testing.T, s *Server) Client {
 	t.Helper()
@@ -69,6 +77,12 @@ func TestBootEndpoints(t *testing.T) {
 	}
 	if err := c.CommitTrial(ctx); err == nil || !strings.Contains(err.Error(), "not a trial") {
 		t.Errorf("CommitTrial outside a trial: %v", err)
+	}
+	if err := c.FailTrial(ctx, "gate smoke: Job failed"); err != nil || len(b.fails) != 1 || b.fails[0] != "gate smoke: Job failed" {
+		t.Errorf("FailTrial: %v %q", err, b.fails)
+	}
+	if err := c.FailTrial(ctx, "again"); err == nil || !strings.Contains(err.Error(), "already under way") {
+		t.Errorf("FailTrial refused by init: %v", err)
 	}
 }
 
