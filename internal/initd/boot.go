@@ -31,10 +31,10 @@ type bootControl struct {
 	boots         state.BootLog
 	recordMu      sync.Mutex // the boot log is read, changed and replaced
 
-	committed     bool
-	committedCh   chan struct{}
+	committed   bool
+	committedCh chan struct{}
 	// failedCh is closed when the agent ends the trial (FailTrial).
-	failedCh chan struct{}
+	failedCh      chan struct{}
 	rebootPending bool
 	// layerDigest is the deployment layer's digest as built ("" when the disk records none).
 	layerDigest string
