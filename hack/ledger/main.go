@@ -65,6 +65,36 @@ type ledger struct {
 	// output holds each running test's lines, printed only if it fails, as go test
 	// prints them without -v.
 	output map[string]*strings.Builder
+	// failures are the failed tests with their last messages, repeated at the end of the
+	// figures: CI shows a run's last lines, and a failed VM test's console pushes its
+	// message out of them.
+	failures []failure
+}
+
+// failure is a failed test and the last lines it logged (t.Errorf, t.Fatalf and t.Logf look
+// alike in go test's output), the ledger's own lines and a console dump's header aside.
+type failure struct {
+	test     string
+	messages []string
+}
+
+// messageLine is the first line of what a test logged: "    file_test.go:123: text".
+var messageLine = regexp.MustCompile(`^\s+(\w+_test\.go:\d+: .*)$`)
+
+// lastMessages is the last n message lines of a test's output, each cut to 300 bytes.
+func lastMessages(output string, n int) []string {
+	var msgs []string
+	for _, line := range strings.Split(output, "\n") {
+		m := messageLine.FindStringSubmatch(line)
+		if m == nil || strings.Contains(m[1], "liken-ledger:") || strings.HasSuffix(m[1], "console:") {
+			continue
+		}
+		if len(m[1]) > 300 {
+			m[1] = m[1][:300] + "..."
+		}
+		msgs = append(msgs, m[1])
+	}
+	return msgs[max(0, len(msgs)-n):]
 }
 
 func (l *ledger) add(e event, out io.Writer) {
@@ -79,6 +109,7 @@ func (l *ledger) add(e event, out io.Writer) {
 		switch e.Action {
 		case "fail":
 			io.WriteString(out, l.output[key].String())
+			l.failures = append(l.failures, failure{test: e.Test, messages: lastMessages(l.output[key].String(), 3)})
 			delete(l.output, key)
 		case "pass", "skip":
 			delete(l.output, key)
@@ -256,6 +287,13 @@ func run(in io.Reader, out io.Writer, total func() time.Duration, cpu func() flo
 			names = append(names, s)
 		}
 		fmt.Fprintf(f, "time ledger, the ten longest: %s\n", strings.Join(names, "; "))
+		for i, fl := range l.failures {
+			if i == 10 {
+				fmt.Fprintf(f, "failed: %d tests more\n", len(l.failures)-i)
+				break
+			}
+			fmt.Fprintf(f, "failed: %s; its last lines: %s\n", fl.test, strings.Join(fl.messages, " | "))
+		}
 	}
 	return l.failed, nil
 }

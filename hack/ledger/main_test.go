@@ -27,6 +27,10 @@ func TestLedger(t *testing.T) {
 {"Action":"run","Package":"liken.dev/liken/test/vm","Test":"TestB/sub"}
 {"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestB/sub","Elapsed":1}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    vm_test.go:9: the machine never came back\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"        {\"last\": \"Machine\"}\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    install_test.go:213: console:\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"        liken-init: a console line\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    install_test.go:227: liken-ledger: boots 1 cpu 1.0s\n"}
 {"Action":"fail","Package":"liken.dev/liken/test/vm","Test":"TestB","Elapsed":900}
 {"Action":"fail","Package":"liken.dev/liken/test/vm","Elapsed":1200.7}
 # liken.dev/liken/internal/broken
@@ -45,9 +49,9 @@ func TestLedger(t *testing.T) {
 		"vm_test.go:9: the machine never came back",      // and a failed test's
 		"test/vm  ", "internal/agent  ",
 		"sum of packages", "1400.6",
-		"test/vm TestB", "900.0      0        0  FAIL",
+		"test/vm TestB", "900.0      1        1  FAIL",
 		"test/vm TestA", "300.5      5      150",
-		"host CPU time of the VM tier's machines", "  150\n",
+		"host CPU time of the VM tier's machines", "  152\n",
 		"go test wall time", "1300",
 		"host CPU busy over the run", "62%",
 		`close call: TestA waited 3m1s of its 5m0s for "vm-1: release A running"`,
@@ -69,7 +73,8 @@ func TestLedger(t *testing.T) {
 		t.Errorf("a subtest is listed:\n%s", got)
 	}
 	b, _ := os.ReadFile(report)
-	if want := "time ledger, the ten longest: test/vm 1201s; test/vm TestB 900s; test/vm TestA 300s (5 boots, VM CPU 150s); internal/agent 200s\n"; string(b) != want {
+	if want := "time ledger, the ten longest: test/vm 1201s; test/vm TestB 900s (1 boots, VM CPU 1s); test/vm TestA 300s (5 boots, VM CPU 150s); internal/agent 200s\n" +
+		"failed: TestB; its last lines: vm_test.go:9: the machine never came back\n"; string(b) != want {
 		t.Errorf("figures:\n%q\nwant\n%q", b, want)
 	}
 }
