@@ -207,6 +207,37 @@ type Rollout struct {
 	// gates then only hold the next machine's turn.
 	// +optional
 	CommitAfterGates *bool `json:"commitAfterGates,omitempty"`
+	// Soak is how long the fleet waits after a machine's turn ended well (it rebooted, its
+	// trial committed and its gates passed) before any machine's next turn: time for a
+	// problem that shows only after a while to show on one machine rather than on many.
+	// Unset: no wait.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="soak must be a duration from 0s to 168h, such as 30m"
+	Soak *metav1.Duration `json:"soak,omitempty"`
+	// SoakTurns limits the soak to the first N turns that end well in a rollout (counted in
+	// status.rollout.turnsEnded, from zero at each change of spec.version); unset or 0:
+	// after every turn. A canary's turn is always followed by the soak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	SoakTurns *int32 `json:"soakTurns,omitempty"`
+	// Canaries selects, by their Machine's labels, the machines that go first: no other
+	// machine gets a turn while a canary has a reboot ahead of it (it waits for an
+	// approval or a turn) or in progress, nor during the soak after a canary's turn.
+	// +optional
+	Canaries *metav1.LabelSelector `json:"canaries,omitempty"`
+}
+
+// SoakFor is how long to wait after a turn that ended well, the endedTurns-th of the
+// rollout, by a canary or not: spec.rollout.soak where it applies, else 0.
+func (r *Rollout) SoakFor(endedTurns int32, canary bool) time.Duration {
+	if r == nil || r.Soak == nil || r.Soak.Duration <= 0 {
+		return 0
+	}
+	if canary || r.SoakTurns == nil || *r.SoakTurns == 0 || endedTurns <= *r.SoakTurns {
+		return r.Soak.Duration
+	}
+	return 0
 }
 
 // CommitsAfterGates is spec.rollout.commitAfterGates, or its default (true).
@@ -630,6 +661,27 @@ type RolloutStatus struct {
 	// failed the trial of the same release or kernel arguments.
 	// +optional
 	Halted *RolloutHalt `json:"halted,omitempty"`
+	// TurnsEnded counts the turns that ended well in this rollout (spec.rollout.soakTurns).
+	// +optional
+	TurnsEnded int32 `json:"turnsEnded,omitempty"`
+	// LastTurnEnded is the last turn that ended well: the soak counts from it.
+	// +optional
+	LastTurnEnded *EndedTurn `json:"lastTurnEnded,omitempty"`
+	// SoakUntil is set while the fleet soaks: no new turn before it.
+	// +optional
+	SoakUntil *metav1.Time `json:"soakUntil,omitempty"`
+}
+
+// EndedTurn is a turn that ended well: the machine rebooted, its trial committed and its
+// gates passed.
+type EndedTurn struct {
+	// Machine whose turn it was.
+	Machine string `json:"machine"`
+	// At is when the coordinator took the turn back.
+	At metav1.Time `json:"at"`
+	// Canary: the machine is one of spec.rollout.canaries.
+	// +optional
+	Canary bool `json:"canary,omitempty"`
 }
 
 // TrialFailure is one machine's failed trial of what the fleet rolls out.

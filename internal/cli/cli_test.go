@@ -484,6 +484,9 @@ func TestReleaseTurn(t *testing.T) {
 	since := metav1.NewTime(time.Now().UTC().Add(-time.Hour).Truncate(time.Second))
 	cl.Status.Turns = []v1alpha1.Turn{{Machine: "gone-1", Since: since, PendingHash: "sha256:x", Phase: v1alpha1.TurnDrained}}
 	cl.Status.Coordinator = "srv-1"
+	until := metav1.NewTime(since.Add(2 * time.Hour))
+	cl.Status.Rollout = &v1alpha1.RolloutStatus{TargetVersion: "v1", TurnsEnded: 1, SoakUntil: &until,
+		LastTurnEnded: &v1alpha1.EndedTurn{Machine: "canary-1", At: since, Canary: true}}
 	if _, err := lc.UpdateClusterStatus(t.Context(), cl); err != nil {
 		t.Fatal(err)
 	}
@@ -502,6 +505,9 @@ func TestReleaseTurn(t *testing.T) {
 	code, out, _ = run(t, "status", "--kubeconfig", kc)
 	if code != exitOK || !strings.Contains(out, "coordinator: srv-1") || !strings.Contains(out, "turn: gone-1 since "+since.Format(time.RFC3339)+" (Drained), given back by carol") {
 		t.Errorf("status with a turn:\n%s", out)
+	}
+	if want := "soaking: no new turn before " + until.UTC().Format(time.RFC3339) + " (spec.rollout.soak), after canary-1's turn ended well at " + since.Format(time.RFC3339); !strings.Contains(out, want) {
+		t.Errorf("status while soaking lacks %q:\n%s", want, out)
 	}
 	if code, _, errOut := run(t, "release-turn", "nosuch", "--kubeconfig", kc); code != exitFailed || !strings.Contains(errOut, "nosuch holds no disruption-budget turn") {
 		t.Errorf("release-turn of a machine without a turn: exit %d, %s", code, errOut)

@@ -27,8 +27,11 @@ type fleet struct {
 	// TrialFailures are the failed trials of what the machines are meant to run now, which
 	// count towards spec.rollout.maxFailures unless accepted.
 	TrialFailures []v1alpha1.TrialFailure `json:"trialFailures,omitempty"`
-	Conditions    []metav1.Condition      `json:"conditions,omitempty"`
-	Machines      []machineState          `json:"machines"`
+	// SoakUntil is set while the fleet soaks after LastTurnEnded (spec.rollout.soak).
+	SoakUntil     *metav1.Time        `json:"soakUntil,omitempty"`
+	LastTurnEnded *v1alpha1.EndedTurn `json:"lastTurnEnded,omitempty"`
+	Conditions    []metav1.Condition  `json:"conditions,omitempty"`
+	Machines      []machineState      `json:"machines"`
 }
 
 // machineState is one Machine's row.
@@ -75,6 +78,7 @@ what it waits for or what is wrong.`,
 			f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
 			if c.Status.Rollout != nil {
 				f.TrialFailures = c.Status.Rollout.Failures
+				f.SoakUntil, f.LastTurnEnded = c.Status.Rollout.SoakUntil, c.Status.Rollout.LastTurnEnded
 			}
 			if f.Policy == "" {
 				f.Policy = string(v1alpha1.RebootManual)
@@ -128,6 +132,10 @@ what it waits for or what is wrong.`,
 						failed = "gates failed"
 					}
 					fmt.Fprintf(w, "%s: %s, %s at %s: %s: %s%s\n", failed, tf.Machine, tf.What, tf.At.UTC().Format(time.RFC3339), tf.Reason, tf.Message, accepted)
+				}
+				if f.SoakUntil != nil && f.LastTurnEnded != nil {
+					fmt.Fprintf(w, "soaking: no new turn before %s (spec.rollout.soak), after %s's turn ended well at %s\n",
+						f.SoakUntil.UTC().Format(time.RFC3339), f.LastTurnEnded.Machine, f.LastTurnEnded.At.UTC().Format(time.RFC3339))
 				}
 				for _, c := range f.Conditions {
 					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) ||

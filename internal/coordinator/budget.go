@@ -39,6 +39,8 @@ type Machine struct {
 	// and it is available again (liken's own cordon aside) before its drain ended. It keeps
 	// the turn only if the budget has room for it, as any other machine would get one.
 	Reclaimable bool
+	// Canary: spec.rollout.canaries selects it; canaries are granted before any other.
+	Canary bool
 	// ServersDown are the other servers an operator accepts as down while this server,
 	// unavailable itself, takes its turn (its approval's serversDown, for its pending set).
 	ServersDown []string
@@ -81,8 +83,8 @@ type Decision struct {
 // server that is NotReady, down already, may still be a healthy etcd voter, so two of them
 // wait on each other until one is back or an operator removes one from the cluster; liken
 // never decides that alone. A waiting agent that is unavailable already gets its turn: it
-// takes nothing more away. The coordinator's own machine goes last: only when no other
-// machine waits.
+// takes nothing more away. Canaries (spec.rollout.canaries) go first; the coordinator's
+// own machine goes last: only when no other machine waits.
 func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, error) {
 	d := Decision{Wait: map[string]string{}, Despite: map[string][]string{}, Unavailable: map[string]string{}, Revoke: map[string]string{}}
 	budget, err := Budget(maxUnavailable, len(machines))
@@ -137,6 +139,9 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	}
 	sort.SliceStable(waiting, func(i, j int) bool {
 		a, b := waiting[i], waiting[j]
+		if a.Canary != b.Canary {
+			return a.Canary
+		}
 		if a.Coordinator != b.Coordinator {
 			return b.Coordinator
 		}

@@ -172,6 +172,8 @@ func MakePlan(f Fleet) (Plan, error) {
 	recordGateFailures(&st, cl, f.Machines)
 	failures := TrialFailures(&v1alpha1.Cluster{Spec: cl.Spec, Status: st}, f.Machines)
 	halt := Halt(failures, cl.Spec.Rollout.FailureLimit())
+	canaries := newCanaries(cl.Spec.Rollout)
+	var ended []v1alpha1.EndedTurn
 	var turns []v1alpha1.Turn
 	for _, t := range st.Turns {
 		keep, why := holding(t, byName[t.Machine], f.Nodes[t.Machine])
@@ -184,6 +186,9 @@ func MakePlan(f Fleet) (Plan, error) {
 			p.Released[t.Machine] = why
 			if f.Nodes[t.Machine] != nil && !t.CordonedBefore && t.Phase != "" {
 				p.Uncordon = append(p.Uncordon, t.Machine)
+			}
+			if endedWell(t, byName[t.Machine], f.Nodes[t.Machine]) {
+				ended = append(ended, v1alpha1.EndedTurn{Machine: t.Machine, At: now, Canary: canaries.is(byName[t.Machine])})
 			}
 			continue
 		}
@@ -210,6 +215,8 @@ func MakePlan(f Fleet) (Plan, error) {
 		}
 	}
 
+	canaryHold := canaries.hold(f.Machines, held)
+	soakUntil, soakWhy := soaking(cl, ended, f.Now)
 	var ms []Machine
 	var notJoined []string
 	notes := map[string]string{}
@@ -228,6 +235,9 @@ func MakePlan(f Fleet) (Plan, error) {
 				note = "rebootPolicy Auto: reboots start only in a maintenance window; the next opens at " + nextWindow.UTC().Format(time.RFC3339) +
 					" (liken approve-reboot starts it sooner)"
 			}
+		}
+		if w && canaryHold != "" && !canaries.is(m) {
+			w, note = false, canaryHold
 		}
 		if note != "" {
 			notes[m.Name] = note
@@ -269,6 +279,7 @@ func MakePlan(f Fleet) (Plan, error) {
 			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer, Reclaimable: reclaimable,
 			Unavailable: machineUnavailable(m, node), HoldsTurn: held[m.Name],
 			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self, ServersDown: serversDown,
+			Canary: canaries.is(m),
 		})
 	}
 	d, err := Decide(ms, cl.Spec.DisruptionBudget.MaxUnavailable)
@@ -315,6 +326,14 @@ func MakePlan(f Fleet) (Plan, error) {
 		paused = metav1.Condition{Type: v1alpha1.ClusterRolloutPaused, Status: metav1.ConditionTrue, Reason: reason,
 			Message: why, ObservedGeneration: cl.Generation}
 	}
+	if soakWhy != "" && len(d.Grant) > 0 {
+		// Every machine, canary or not, even one down already: the soak is for watching
+		// the machines that have it before another gets it.
+		for _, name := range d.Grant {
+			d.Wait[name] = soakWhy
+		}
+		d.Grant, d.Despite = nil, map[string][]string{}
+	}
 	for _, name := range d.Grant {
 		m := byName[name]
 		n := f.Nodes[name]
@@ -359,6 +378,14 @@ func MakePlan(f Fleet) (Plan, error) {
 	st.Coordinator = f.Self
 	count(&st, cl, f.Machines, ms, notJoined, f.Now)
 	st.Rollout.Failures, st.Rollout.Halted = failures, halt
+	for _, e := range ended {
+		st.Rollout.TurnsEnded++
+		st.Rollout.LastTurnEnded = e.DeepCopy()
+	}
+	st.Rollout.SoakUntil = nil
+	if soakWhy != "" {
+		st.Rollout.SoakUntil = &metav1.Time{Time: soakUntil}
+	}
 	meta.SetStatusCondition(&st.Conditions, paused)
 	if windowErr != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,

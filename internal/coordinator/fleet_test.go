@@ -551,3 +551,139 @@ func TestPlanRecordsATurnGivenWhileDown(t *testing.T) {
 		t.Errorf("turns given (machine: granted while): %v; want %v", got, want)
 	}
 }
+
+// TestPlanSoaksAndCanaries: with spec.rollout.canaries the canary takes the first turn
+// though others waited longer, and the rest wait while it has a reboot ahead of it or in
+// progress; once its turn ends well (rebooted, gates passed), nobody gets a turn until
+// spec.rollout.soak has passed; soakTurns limits the soak to the first turns, a canary's
+// turn aside; an invalid selector holds every turn and says why.
+func TestPlanSoaksAndCanaries(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	one := intstr.FromInt32(1)
+	node := func(name string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		n.Status.NodeInfo.BootID = "boot-" + name
+		return n
+	}
+	newFleet := func(soakTurns int32, selector *metav1.LabelSelector) Fleet {
+		cl := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Version: "v2", RebootPolicy: v1alpha1.RebootAuto,
+			DisruptionBudget: v1alpha1.DisruptionBudget{MaxUnavailable: &one},
+			Rollout:          &v1alpha1.Rollout{Soak: &metav1.Duration{Duration: 10 * time.Minute}, SoakTurns: &soakTurns, Canaries: selector}}}
+		f := Fleet{Cluster: cl, Nodes: map[string]*corev1.Node{}, Self: "server", Now: t0, Gates: map[string]v1alpha1.TurnGates{}}
+		for i, name := range []string{"m1", "m2", "m3"} {
+			m := v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))},
+				Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleAgent}}
+			if name == "m3" {
+				m.Labels = map[string]string{"liken.dev/canary": "true"}
+			}
+			m.Status.Reboot.State, m.Status.PendingHash = v1alpha1.RebootWaitingForTurn, "sha256:p-"+name
+			since := metav1.NewTime(t0.Add(time.Duration(i-10) * time.Minute)) // m1 waits longest
+			m.Status.Reboot.Since = &since
+			f.Machines = append(f.Machines, m)
+			f.Nodes[name] = node(name)
+		}
+		return f
+	}
+	plan := func(t *testing.T, f *Fleet) Plan {
+		t.Helper()
+		p, err := MakePlan(*f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Cluster.Status = p.Status
+		return p
+	}
+	// back puts name's turn as drained, its machine back and healthy with its gates passed.
+	back := func(f *Fleet, name string) {
+		for i := range f.Cluster.Status.Turns {
+			tr := &f.Cluster.Status.Turns[i]
+			if tr.Machine == name {
+				tr.Phase = v1alpha1.TurnDrained
+				f.Gates[GateKey(*tr)] = v1alpha1.TurnGates{Phase: v1alpha1.GatePassed, BootID: "new", Since: metav1.NewTime(f.Now)}
+			}
+		}
+		for i := range f.Machines {
+			if f.Machines[i].Name == name {
+				f.Machines[i].Status.Reboot.State, f.Machines[i].Status.PendingHash = v1alpha1.RebootNone, ""
+			}
+		}
+	}
+	reason := func(p Plan, name string) string {
+		for _, w := range p.Status.Waiting {
+			if w.Machine == name {
+				return w.Reason
+			}
+		}
+		return ""
+	}
+	canary := &metav1.LabelSelector{MatchLabels: map[string]string{"liken.dev/canary": "true"}}
+
+	t.Run("canary first, then the soak", func(t *testing.T) {
+		f := newFleet(0, canary)
+		p := plan(t, &f)
+		if !slices.Equal(p.Granted, []string{"m3"}) {
+			t.Fatalf("granted %v; want the canary m3 first", p.Granted)
+		}
+		if r := reason(p, "m1"); !strings.Contains(r, "canaries first") || !strings.Contains(r, "m3 (WaitingForTurn)") {
+			t.Errorf("m1 waits for %q; want the canary named", r)
+		}
+		back(&f, "m3")
+		f.Now = t0.Add(time.Minute)
+		p = plan(t, &f)
+		if len(p.Granted) != 0 || p.Released["m3"] == "" {
+			t.Fatalf("the canary's turn ended: released %v, granted %v; want m3 released and nobody granted", p.Released, p.Granted)
+		}
+		ro := p.Status.Rollout
+		if ro.TurnsEnded != 1 || ro.LastTurnEnded == nil || ro.LastTurnEnded.Machine != "m3" || !ro.LastTurnEnded.Canary ||
+			ro.SoakUntil == nil || !ro.SoakUntil.Time.Equal(t0.Add(11*time.Minute)) {
+			t.Fatalf("status.rollout %+v; want m3's canary turn ended, the soak until %s", ro, t0.Add(11*time.Minute))
+		}
+		if r := reason(p, "m1"); !strings.Contains(r, "soaking") || !strings.Contains(r, "m3's canary turn") {
+			t.Errorf("m1 waits for %q; want the soak", r)
+		}
+		f.Now = t0.Add(10 * time.Minute)
+		if p = plan(t, &f); len(p.Granted) != 0 || p.Status.Rollout.SoakUntil == nil {
+			t.Fatalf("granted %v during the soak", p.Granted)
+		}
+		f.Now = t0.Add(11*time.Minute + time.Second)
+		if p = plan(t, &f); !slices.Equal(p.Granted, []string{"m1"}) || p.Status.Rollout.SoakUntil != nil {
+			t.Fatalf("after the soak granted %v (soak until %v); want m1, the longest waiting", p.Granted, p.Status.Rollout.SoakUntil)
+		}
+	})
+	t.Run("soakTurns", func(t *testing.T) {
+		f := newFleet(1, nil)
+		if p := plan(t, &f); !slices.Equal(p.Granted, []string{"m1"}) {
+			t.Fatalf("granted %v; want m1", p.Granted)
+		}
+		back(&f, "m1")
+		f.Now = t0.Add(time.Minute)
+		if p := plan(t, &f); len(p.Granted) != 0 {
+			t.Fatalf("granted %v right after the first turn ended; want the soak", p.Granted)
+		}
+		f.Now = t0.Add(12 * time.Minute)
+		if p := plan(t, &f); !slices.Equal(p.Granted, []string{"m2"}) {
+			t.Fatalf("granted %v after the soak; want m2", p.Granted)
+		}
+		back(&f, "m2")
+		f.Now = t0.Add(13 * time.Minute)
+		p := plan(t, &f)
+		if !slices.Equal(p.Granted, []string{"m3"}) || p.Status.Rollout.TurnsEnded != 2 {
+			t.Fatalf("the second turn ended (soakTurns 1): granted %v, turns ended %d; want m3 at once, 2", p.Granted, p.Status.Rollout.TurnsEnded)
+		}
+	})
+	t.Run("no canary busy", func(t *testing.T) {
+		f := newFleet(0, canary)
+		f.Machines[2].Status.Reboot.State, f.Machines[2].Status.PendingHash = v1alpha1.RebootNone, ""
+		if p := plan(t, &f); !slices.Equal(p.Granted, []string{"m1"}) {
+			t.Fatalf("granted %v with the canary up to date; want m1", p.Granted)
+		}
+	})
+	t.Run("invalid selector", func(t *testing.T) {
+		f := newFleet(0, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}})
+		p := plan(t, &f)
+		if len(p.Granted) != 0 || !strings.Contains(reason(p, "m1"), "spec.rollout.canaries is not a valid label selector") {
+			t.Fatalf("granted %v, m1 waits for %q; want nobody, and why", p.Granted, reason(p, "m1"))
+		}
+	})
+}
