@@ -283,7 +283,7 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 		}
 	})
 	for _, n := range []string{"vm-1", "vm-2"} {
-		j.waitFleet(t, n, "running with nothing pending", 8*time.Minute, j.settled)
+		j.waitFleet(t, n, "running with nothing pending", firstBoot, j.settled)
 	}
 	rec := j.record(t)
 	j.podOn(t, "vm-2", "web-0", 5)

@@ -148,7 +148,7 @@ func TestDataDiskAndNetworkTrials(t *testing.T) {
 	j := joinAs(t, vmMachine+spec, "liken.trial.deadline=90")
 	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: held, Serial: "olddata"}}, true, vmMAC)
 	start := time.Now()
-	m := j.waitMachine(t, "the disk refused, k3s running", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+	m := j.waitMachine(t, "the disk refused, k3s running", firstBoot, func(m *v1alpha1.Machine) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
 		return len(m.Status.Disks) == 1 && m.Status.Disks[0].Reason == v1alpha1.DiskHoldsData &&
 			c != nil && c.Reason == v1alpha1.ReasonDiskRefused && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady)

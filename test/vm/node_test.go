@@ -227,7 +227,7 @@ func TestInstalledMachineJoinsTheAPI(t *testing.T) {
 	expect(t, vm, "liken-init: this is Machine vm-1 (server, found by MAC 52:54:00:12:34:01)", 180*time.Second)
 
 	var nodeReady, machineReady time.Duration
-	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, firstBoot, true, func(ctx context.Context) (bool, error) {
 		if nodeReady == 0 {
 			if n, err := admin.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{}); err == nil {
 				for _, c := range n.Status.Conditions {

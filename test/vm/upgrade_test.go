@@ -228,7 +228,7 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	// data1 has 4096-byte sectors too, data2 512-byte ones.
 	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: data1, Serial: "data1", SectorSize: 4096}, {Path: data2, Serial: "data2"}}, true, vmMAC)
 	// Bound: 3m7s beside another test (a close call at 5 min), so 8.
-	j.waitMachine(t, "release A running from slot A, its data disks prepared", 8*time.Minute, func(m *v1alpha1.Machine) bool {
+	j.waitMachine(t, "release A running from slot A, its data disks prepared", firstBoot, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA) && m.Status.Upgrade.State == v1alpha1.UpgradeIdle && len(m.Status.Pending) == 0 &&
 			disksAre(m, v1alpha1.DiskPrepared, v1alpha1.DiskPrepared)
 	})
@@ -431,7 +431,7 @@ func TestTrialFailuresEndOnTheLastGoodSlot(t *testing.T) {
 	speed := OtherSpeed()
 	t.Logf("machine speed: %s", speed)
 	vm := bootUEFIAt(t, speed, j.disk, true, vmMAC)
-	j.waitMachine(t, "release A running from slot A", 5*time.Minute, func(m *v1alpha1.Machine) bool {
+	j.waitMachine(t, "release A running from slot A", firstBoot, func(m *v1alpha1.Machine) bool {
 		return running(m, "A", releaseA)
 	})
 

@@ -46,6 +46,13 @@ func stoppedMachine(t *testing.T) string {
 	return ""
 }
 
+// firstBoot bounds a wait for a freshly installed machine to be running (k3s healthy, its
+// Machine reporting). Alone that takes 51 s to 2m21s, but the VM tests that start first run
+// beside make test's compiling of every package, the race build and vet, when a machine
+// gets about a fifth of a core: 4m32s once, and more than 5 minutes twice (December 2026,
+// k3s started 107 s into the boot against 16 s alone). Twice the worst seen.
+const firstBoot = 10 * time.Minute
+
 // waitUntil polls cond every interval until it holds, the bound passes, or one of the test's
 // machines stops by itself; it logs how much of its bound it used (for choosing bounds
 // from the ledger's measured times).
