@@ -108,8 +108,9 @@ func (l *ledger) add(e event, out io.Writer) {
 		l.output[key].WriteString(e.Output)
 		switch e.Action {
 		case "fail":
-			io.WriteString(out, l.output[key].String())
-			l.failures = append(l.failures, failure{test: e.Test, messages: lastMessages(l.output[key].String(), 3)})
+			text := l.output[key].String()
+			io.WriteString(out, text)
+			l.failures = append(l.failures, failure{test: e.Test, messages: lastMessages(text, 3)})
 			delete(l.output, key)
 		case "pass", "skip":
 			delete(l.output, key)

@@ -45,12 +45,14 @@ type Plan struct {
 // holding says whether a machine still uses its turn, from the state its agent reports.
 // A turn being drained is kept while the machine waits for exactly the set it was given
 // for; a drained one also while the machine goes down, comes back and verifies its health.
-func holding(t v1alpha1.Turn, m *v1alpha1.Machine, n *corev1.Node) (bool, string) {
+// done says that a turn not kept ended as meant: its machine rebooted, came back healthy (a
+// trial committed) and passed its gates (the soak counts from such a turn).
+func holding(t v1alpha1.Turn, m *v1alpha1.Machine, n *corev1.Node) (keep bool, why string, done bool) {
 	if m == nil {
-		return false, "its Machine was deleted"
+		return false, "its Machine was deleted", false
 	}
 	if t.ReleasedBy != "" {
-		return false, t.ReleasedBy + " gave it back with liken release-turn"
+		return false, t.ReleasedBy + " gave it back with liken release-turn", false
 	}
 	st := m.Status.Reboot.State
 	same := m.Status.PendingHash == t.PendingHash
@@ -59,27 +61,27 @@ func holding(t v1alpha1.Turn, m *v1alpha1.Machine, n *corev1.Node) (bool, string
 		// A turn is granted only once the release is written: writing it again (the agent
 		// restarted mid-write, or found the slot corrupt) can take long, and the Node
 		// should not stay cordoned, nor the budget held, meanwhile. It asks again once done.
-		return false, "it must write its release into the inactive slot again before it can reboot"
+		return false, "it must write its release into the inactive slot again before it can reboot", false
 	case st == v1alpha1.RebootRebooting || st == v1alpha1.RebootVerifying:
-		return t.Phase == v1alpha1.TurnDrained, "it was not drained yet"
+		return t.Phase == v1alpha1.TurnDrained, "it was not drained yet", false
 	case (st == v1alpha1.RebootWaitingForTurn || st == v1alpha1.RebootDraining) && same:
-		return true, ""
+		return true, "", false
 	case st == v1alpha1.RebootNone && t.Phase == v1alpha1.TurnDrained:
 		// Back and healthy by its own account: the turn is kept until its gates (the
 		// workloads that ran on it, spec.rollout.gates) have passed or failed.
 		switch {
 		case n == nil:
-			return false, "it rebooted and passed its health gate (it has no Node whose workloads to wait for)"
+			return false, "it rebooted and passed its health gate (it has no Node whose workloads to wait for)", true
 		case t.Gates == nil || t.Gates.Phase == v1alpha1.GateChecking:
-			return true, ""
+			return true, "", false
 		case t.Gates.Phase == v1alpha1.GateFailed:
-			return false, "it rebooted, but its gates failed: " + t.Gates.Message
+			return false, "it rebooted, but its gates failed: " + t.Gates.Message, false
 		}
-		return false, "it rebooted and passed its health gate and its gates"
+		return false, "it rebooted and passed its health gate and its gates", true
 	case !same:
-		return false, fmt.Sprintf("its pending set changed from %s to %s", t.PendingHash, orNone(m.Status.PendingHash))
+		return false, fmt.Sprintf("its pending set changed from %s to %s", t.PendingHash, orNone(m.Status.PendingHash)), false
 	default:
-		return false, fmt.Sprintf("it no longer waits for a reboot (%s)", st)
+		return false, fmt.Sprintf("it no longer waits for a reboot (%s)", st), false
 	}
 }
 
@@ -176,7 +178,7 @@ func MakePlan(f Fleet) (Plan, error) {
 	var ended []v1alpha1.EndedTurn
 	var turns []v1alpha1.Turn
 	for _, t := range st.Turns {
-		keep, why := holding(t, byName[t.Machine], f.Nodes[t.Machine])
+		keep, why, done := holding(t, byName[t.Machine], f.Nodes[t.Machine])
 		if keep && halt != nil && t.Phase == v1alpha1.TurnDraining {
 			// Not drained yet: no further machine is emptied for what failed. One drained
 			// already goes down, and its trial commits or falls back.
@@ -187,7 +189,7 @@ func MakePlan(f Fleet) (Plan, error) {
 			if f.Nodes[t.Machine] != nil && !t.CordonedBefore && t.Phase != "" {
 				p.Uncordon = append(p.Uncordon, t.Machine)
 			}
-			if endedWell(t, byName[t.Machine], f.Nodes[t.Machine]) {
+			if done {
 				ended = append(ended, v1alpha1.EndedTurn{Machine: t.Machine, At: now, Canary: canaries.is(byName[t.Machine])})
 			}
 			continue

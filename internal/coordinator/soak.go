@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -66,15 +65,6 @@ func (c canaries) hold(machines []v1alpha1.Machine, held map[string]bool) string
 	}
 	sort.Strings(busy)
 	return "canaries first (spec.rollout.canaries): " + strings.Join(busy, ", ") + " before any other machine"
-}
-
-// endedWell says whether a turn being taken back ended as meant: its machine rebooted,
-// came back healthy (a trial committed) and passed its gates.
-func endedWell(t v1alpha1.Turn, m *v1alpha1.Machine, n *corev1.Node) bool {
-	if m == nil || t.ReleasedBy != "" || t.Phase != v1alpha1.TurnDrained || m.Status.Reboot.State != v1alpha1.RebootNone {
-		return false
-	}
-	return n == nil || (t.Gates != nil && t.Gates.Phase == v1alpha1.GatePassed)
 }
 
 // soaking says until when no new turn is given after the last turn that ended well
