@@ -29,9 +29,6 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 		return "", fmt.Errorf("the lab in %s is not running (no channel server): `liken lab up` first", dir)
 	}
 	relDir := filepath.Join(st.Dir, "release", version)
-	if _, err := os.Stat(relDir); err == nil {
-		return "", fmt.Errorf("the lab already has release %s: give another --version", version)
-	}
 	cfg, err := st.restConfig(20 * time.Second)
 	if err != nil {
 		return "", err
@@ -40,37 +37,74 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 	if err != nil {
 		return "", err
 	}
-	if _, err := lc.Cluster(ctx); err != nil {
+	c, err := lc.Cluster(ctx)
+	if err != nil {
 		return "", fmt.Errorf("reading the lab's Cluster: %w", err)
 	}
-	fmt.Fprintf(out, "building the stand-in release %s from %s\n", version, st.Source)
-	cache, _ := os.UserCacheDir()
-	if _, _, err := release.DefaultCache().Build(release.BuildOptions{Version: version, Source: st.Source, StandIn: true, Out: relDir,
-		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: out}); err != nil {
-		os.RemoveAll(relDir)
-		return "", fmt.Errorf("building the release: %w", err)
+	// A release already built here is published again (a no-op for the same document) and
+	// pinned: so a publish cut short after its build, by a signal or an API server that did
+	// not answer, is finished by running it again, not refused with a release the Cluster
+	// does not know.
+	built := false
+	if _, err := os.Stat(filepath.Join(relDir, apirelease.DocumentName)); err == nil {
+		if _, pinned := c.Spec.Releases[version]; pinned {
+			return "", fmt.Errorf("the lab already has release %s, pinned in the Cluster: give another --version", version)
+		}
+		built = true
+		fmt.Fprintf(out, "release %s was built before but not pinned: publishing and pinning it\n", version)
+	} else if err := os.RemoveAll(relDir); err != nil { // half a build, if any
+		return "", err
+	}
+	if !built {
+		fmt.Fprintf(out, "building the stand-in release %s from %s\n", version, st.Source)
+		cache, _ := os.UserCacheDir()
+		if _, _, err := release.DefaultCache().Build(release.BuildOptions{Version: version, Source: st.Source, StandIn: true, Out: relDir,
+			KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: out}); err != nil {
+			os.RemoveAll(relDir)
+			return "", fmt.Errorf("building the release: %w", err)
+		}
 	}
 	pin, err := release.Publish(filepath.Join(st.Dir, "channel"), relDir)
 	if err != nil {
 		return "", err
 	}
-	// The server's API may be slow to answer while the machines catch up on a build that
-	// kept the host's cores busy: the pin is written again from a fresh read.
-	err = kube.Retry(ctx, 2*time.Minute, func(ctx context.Context) error {
-		c, err := lc.Cluster(ctx)
-		if err != nil {
-			return err
+	// The server's API may not answer for minutes after a build that kept the host's cores
+	// and disk busy (its TCG machine starved, its etcd waiting on writes): CI once saw it
+	// silent for more than two. The pin is written again from a fresh read until it lands,
+	// saying so while it waits.
+	since, said := time.Now(), time.Now()
+	err = kube.Retry(ctx, pinPatience, func(ctx context.Context) error {
+		err := pinIn(ctx, lc, version, pin)
+		if err != nil && kube.Passing(err) && time.Since(said) >= 30*time.Second {
+			said = time.Now()
+			fmt.Fprintf(out, "the lab's API server has not taken the pin for %s (retrying until %s): %v\n",
+				time.Since(since).Round(time.Second), pinPatience, err)
 		}
-		if c.Spec.Releases == nil {
-			c.Spec.Releases = map[string]v1alpha1.Digest{}
-		}
-		c.Spec.Releases[version] = v1alpha1.Digest(pin)
-		_, err = lc.UpdateCluster(ctx, c)
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("pinning %s in the Cluster: %w", version, err)
+		return "", fmt.Errorf("pinning %s in the Cluster (it is in the lab's channel; run the same publish again to pin it): %w", version, err)
 	}
 	fmt.Fprintf(out, "published %s into the lab's channel and pinned it in the Cluster (%s)\n", version, pin)
 	return pin, nil
+}
+
+// pinPatience bounds how long Publish waits for the lab's API server to take the pin.
+const pinPatience = 10 * time.Minute
+
+// pinIn pins version at digest in the Cluster's spec.releases, from a fresh read.
+func pinIn(ctx context.Context, lc *kube.Client, version, digest string) error {
+	c, err := lc.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Spec.Releases[version] == v1alpha1.Digest(digest) {
+		return nil
+	}
+	if c.Spec.Releases == nil {
+		c.Spec.Releases = map[string]v1alpha1.Digest{}
+	}
+	c.Spec.Releases[version] = v1alpha1.Digest(digest)
+	_, err = lc.UpdateCluster(ctx, c)
+	return err
 }
