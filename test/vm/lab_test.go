@@ -76,6 +76,8 @@ func TestLabUpAndDown(t *testing.T) {
 		}
 		noLeftovers(t, dir)
 	})
+	// Registered after the cleanup that stops the lab, so it runs before it.
+	t.Cleanup(func() { keepConsoles(t, dir) })
 	start := time.Now()
 	// --timeout: up's machines took 9 min to be Ready beside another test (the default is
 	// 15 min, for a user's machine with nothing else running); add's the same.
@@ -317,6 +319,9 @@ func TestLabUpAndDown(t *testing.T) {
 	fleetOn := func(version string, slot v1alpha1.Slot, machines int, timeout time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(timeout)
+		// Each machine's state as it changes, logged with its time: where a slow upgrade's
+		// minutes went.
+		seen := map[string]string{}
 		for {
 			// Approve whatever waits (nothing, or the API down while the server reboots, is
 			// not an error here).
@@ -324,6 +329,10 @@ func TestLabUpAndDown(t *testing.T) {
 			ms, err := lc.Machines(t.Context())
 			on := 0
 			for _, m := range ms {
+				if now := machineState(m); now != seen[m.Name] {
+					seen[m.Name] = now
+					t.Logf("fleet: %s %s", m.Name, now)
+				}
 				if m.Status.Release != nil && m.Status.Release.Version == version && (slot == "" || m.Status.Release.Slot == slot) &&
 					m.Status.Upgrade.State == v1alpha1.UpgradeIdle && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) {
 					on++
@@ -542,6 +551,7 @@ func TestLabUpAndDown(t *testing.T) {
 		}
 	}
 	t.Logf("liken-ledger: boots %d cpu %.1fs", boots, labCPU.Seconds())
+	keepConsoles(t, dir)
 	out, err = liken("lab", "down", "--dir", dir)
 	if err != nil {
 		t.Fatalf("liken lab down: %v\n%s", err, out)
@@ -614,4 +624,36 @@ func tailOf(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// machineState is what fleetOn logs of m: its release and slot, upgrade and reboot states
+// and readiness.
+func machineState(m v1alpha1.Machine) string {
+	rel := "no release"
+	if r := m.Status.Release; r != nil {
+		rel = r.Version + " on " + string(r.Slot)
+	}
+	return fmt.Sprintf("%s, upgrade %s, reboot %s, ready %v", rel, m.Status.Upgrade.State, m.Status.Reboot.State,
+		meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady))
+}
+
+// keepConsoles copies the lab's consoles into LIKEN_VM_KEEP/TestName, when it is set, for a
+// reading after the run (the lab's directory goes with lab down).
+func keepConsoles(t *testing.T, dir string) {
+	keep := os.Getenv("LIKEN_VM_KEEP")
+	if keep == "" {
+		return
+	}
+	st, err := lab.Read(dir)
+	if err != nil {
+		return
+	}
+	to := filepath.Join(keep, t.Name())
+	os.MkdirAll(to, 0o755)
+	for _, m := range st.Machines {
+		if b, err := os.ReadFile(m.Console); err == nil {
+			os.WriteFile(filepath.Join(to, m.Name+".console.log"), b, 0o644)
+		}
+	}
+	t.Logf("the lab's consoles are kept in %s", to)
 }
