@@ -16,27 +16,59 @@ import (
 	"time"
 )
 
+// drainDelay is how long the demo goes on serving after SIGTERM before it closes its
+// listener, as a well-behaved service does: the pod's deletion and the SIGTERM come at once,
+// while the Service's endpoints reach every machine's kube-proxy only once each has synced
+// its rules (seconds on a machine without KVM). A demo that stopped at once sent a client's
+// connections, still routed to it, a reset: the lab's fleet upgrade lost requests that way,
+// one machine's pod stopping before the other's new pod was routed to. DEMO_DRAIN
+// (a Go duration) overrides it.
+const drainDelay = 15 * time.Second
+
 func main() {
 	addr := ":8080"
 	if len(os.Args) > 1 {
 		addr = os.Args[1]
 	}
-	srv := &http.Server{Addr: addr, Handler: handler(os.Getenv), ReadHeaderTimeout: 5 * time.Second}
+	drain := drainDelay
+	if d, err := time.ParseDuration(os.Getenv("DEMO_DRAIN")); err == nil && d >= 0 {
+		drain = d
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "liken-demo:", err)
+		os.Exit(1)
+	}
+	// One line at start, so that `kubectl logs` has something to show (the lab test reads it
+	// through the API server and the pod's kubelet).
+	fmt.Printf("liken-demo: pod %s on node %s listening on %s\n", os.Getenv("POD_NAME"), os.Getenv("NODE_NAME"), addr)
+	if err := serve(ctx, l, handler(os.Getenv), drain, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "liken-demo:", err)
+		os.Exit(1)
+	}
+}
+
+// serve answers on l until ctx ends, then for drain more, then closes the listener and lets
+// the requests in flight finish (5 s at most).
+func serve(ctx context.Context, l net.Listener, h http.Handler, drain time.Duration, log io.Writer) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		<-ctx.Done()
+		fmt.Fprintf(log, "liken-demo: stopping: serving %s more while the Service's endpoints are withdrawn\n", drain)
+		time.Sleep(drain)
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(shut)
 	}()
-	// One line at start, so that `kubectl logs` has something to show (the lab test reads it
-	// through the API server and the pod's kubelet).
-	fmt.Printf("liken-demo: pod %s on node %s listening on %s\n", os.Getenv("POD_NAME"), os.Getenv("NODE_NAME"), addr)
-	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-		fmt.Fprintln(os.Stderr, "liken-demo:", err)
-		os.Exit(1)
+	if err := srv.Serve(l); err != http.ErrServerClosed {
+		return err
 	}
+	<-done
+	return nil
 }
 
 func handler(getenv func(string) string) http.Handler {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDemoAnswers: the demo says which pod and node answered, looks names up, and fetches
@@ -38,5 +41,57 @@ func TestDemoAnswers(t *testing.T) {
 		if code, body := get(tc.path); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("GET %s: %d %q, want %d with %q", tc.path, code, body, tc.code, tc.want)
 		}
+	}
+}
+
+// TestDemoServesThroughItsDrain: after SIGTERM (its context's end) the demo answers for its
+// drain delay, then closes its listener and returns.
+func TestDemoServesThroughItsDrain(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String() + "/"
+	ctx, stop := context.WithCancel(t.Context())
+	const drain = 2 * time.Second
+	var log strings.Builder
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, l, handler(func(string) string { return "x" }), drain, &log) }()
+	answers := func() bool {
+		c := http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	if !answers() {
+		t.Fatal("the demo does not answer before SIGTERM")
+	}
+	stopped := time.Now()
+	stop()
+	for time.Since(stopped) < drain-500*time.Millisecond {
+		if !answers() {
+			t.Fatalf("the demo stopped answering %s after SIGTERM; its drain is %s", time.Since(stopped), drain)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(drain + 10*time.Second):
+		t.Fatal("the demo did not stop after its drain")
+	}
+	if time.Since(stopped) < drain {
+		t.Errorf("the demo stopped %s after SIGTERM, before its drain of %s", time.Since(stopped), drain)
+	}
+	if answers() {
+		t.Error("the demo still answers after it stopped")
+	}
+	if !strings.Contains(log.String(), "serving 2s more") {
+		t.Errorf("the demo did not say it drains: %q", log.String())
 	}
 }

@@ -75,7 +75,8 @@ func buildDemo(source, dir string, epoch time.Time) error {
 // would use them.
 func demoObjects() (*appsv1.Deployment, *policyv1.PodDisruptionBudget, *corev1.Service) {
 	labels := map[string]string{"app": DemoName}
-	replicas, grace := int32(2), int64(5)
+	// The grace period outlasts the demo's drain (15 s of serving after SIGTERM, cmd/liken-demo).
+	replicas, grace := int32(2), int64(30)
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}

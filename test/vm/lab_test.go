@@ -331,7 +331,7 @@ func TestLabUpAndDown(t *testing.T) {
 			for _, m := range ms {
 				if now := machineState(m); now != seen[m.Name] {
 					seen[m.Name] = now
-					t.Logf("fleet: %s %s", m.Name, now)
+					t.Logf("fleet: %s %s %s", time.Now().Format(time.TimeOnly), m.Name, now)
 				}
 				if m.Status.Release != nil && m.Status.Release.Version == version && (slot == "" || m.Status.Release.Slot == slot) &&
 					m.Status.Upgrade.State == v1alpha1.UpgradeIdle && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) {
@@ -348,7 +348,10 @@ func TestLabUpAndDown(t *testing.T) {
 			time.Sleep(3 * time.Second)
 		}
 	}
-	fleetOn(v2, v1alpha1.SlotB, 2, 20*time.Minute)
+	// Bound: the upgrade took 7m30s alone and 18m52s beside the tier's other VM tests (both
+	// measured December 2026; beside them the host's two cores are shared by four machines
+	// or more); half as much again as the worst.
+	fleetOn(v2, v1alpha1.SlotB, 2, 28*time.Minute)
 	upgradeTook := time.Since(upgradeStart)
 	// What the fleet upgrade cost the demo's clients: measured and reported, not required.
 	// The goal is none lost, as when the lab test runs alone (0 of 507); beside the tier's
