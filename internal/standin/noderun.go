@@ -13,6 +13,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/standin/flannel"
@@ -191,6 +197,9 @@ func (n *Node) RunNode(ctx context.Context, in NodeInput) error {
 			fmt.Fprintf(in.Log, "k3s-standin: %v\n", err)
 		}
 	}()
+	if err := n.waitNodeIP(ctx, exited, in.Log); err != nil {
+		return err
+	}
 	if err := start("kube-proxy", n.KubeProxyArgs()...); err != nil {
 		return err
 	}
@@ -295,4 +304,81 @@ func (n *Node) importImages(ctx context.Context, ctr string, archives []string, 
 		}
 	}
 	return nil
+}
+
+// nodeIPWait bounds how long kube-proxy's start waits for the kubelet to give the Node its
+// new address.
+const nodeIPWait = 2 * time.Minute
+
+// waitNodeIP holds kube-proxy back, when the node's address has changed since the Node was
+// last written (a network change's trial boot, or the fallback after it), until the kubelet
+// has written the new address: upstream kube-proxy takes the Node's addresses when it starts
+// and exits when they change (k8s.io/kubernetes pkg/proxy/node.go, OnNodeChange), which k3s,
+// running it in its own process, would take as its own exit and be restarted for; a restart
+// of the whole control plane under TCG, minutes. So the stand-in starts it once the Node
+// agrees, a difference in order only (docs/k3s.md). No Node yet, or no node-ip set: nothing
+// to wait for. After nodeIPWait it starts kube-proxy anyway.
+func (n *Node) waitNodeIP(ctx context.Context, exited <-chan error, log io.Writer) error {
+	if n.NodeIP == "" {
+		return nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", n.agent("kubeproxy.kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("kube-proxy's kubeconfig: %w", err)
+	}
+	cfg.Timeout = 10 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	said := false
+	for {
+		node, err := client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil // the kubelet registers it with the address given
+		case err == nil:
+			ips := nodeHostIPs(node)
+			if len(ips) > 0 && ips[0] == n.NodeIP {
+				if said {
+					fmt.Fprintf(log, "k3s-standin: node %s has its address %s after %s: starting kube-proxy\n", n.NodeName, n.NodeIP, time.Since(start).Round(time.Second))
+				}
+				return nil
+			}
+			if !said {
+				said = true
+				fmt.Fprintf(log, "k3s-standin: node %s is at %v, its node-ip now %s: kube-proxy starts once the kubelet has written the new address (it exits when a Node's addresses change)\n", n.NodeName, ips, n.NodeIP)
+			}
+		}
+		if time.Since(start) > nodeIPWait {
+			fmt.Fprintf(log, "k3s-standin: node %s does not have its address %s after %s: starting kube-proxy anyway\n", n.NodeName, n.NodeIP, nodeIPWait)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-exited:
+			return err
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// nodeHostIPs are the Node's addresses as kube-proxy takes its first: the InternalIPs, or the
+// ExternalIPs when it has none (component-helpers' GetNodeHostIPs).
+func nodeHostIPs(node *corev1.Node) []string {
+	var internal, external []string
+	for _, a := range node.Status.Addresses {
+		switch a.Type {
+		case corev1.NodeInternalIP:
+			internal = append(internal, a.Address)
+		case corev1.NodeExternalIP:
+			external = append(external, a.Address)
+		}
+	}
+	if len(internal) > 0 {
+		return internal
+	}
+	return external
 }
