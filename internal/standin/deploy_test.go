@@ -1,9 +1,11 @@
 package standin
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -111,12 +118,42 @@ func TestDeployAppliesLikeK3s(t *testing.T) {
 		t.Errorf("a changed file was not applied again (mode %q, %v)", mode(), err)
 	}
 	edit("an-operator's")
-	restarted, err := newDeployer(env.Admin, dir, &log)
+	crds := dynamic.NewForConfigOrDie(env.Admin).Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	crdVersion := func() string {
+		c, err := crds.Get(ctx, "widgets.deploy.liken.test", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.GetResourceVersion()
+	}
+	before := crdVersion()
+	// The restarted deployer's requests, counted: an apply that changes nothing writes
+	// nothing either, so only the requests tell whether it was sent.
+	var crdPatches atomic.Int32
+	cfg := rest.CopyConfig(env.Admin)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/customresourcedefinitions/") {
+				crdPatches.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	restarted, err := newDeployer(cfg, dir, &log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := restarted.scan(ctx); err != nil || mode() != "changed-in-the-file" {
 		t.Errorf("a start did not apply every file (mode %q, %v)", mode(), err)
+	}
+	// But a CRD unchanged since it was applied is not applied again (appliedHash): it is not
+	// written, and not even sent.
+	if n := crdPatches.Load(); n != 0 {
+		t.Errorf("a start applied an unchanged CRD again (%d requests)", n)
+	}
+	write("a-crd.yaml", strings.Replace(widgetCRD, "singular: widget}", "singular: widget, shortNames: [wg]}", 1))
+	if err := restarted.scan(ctx); err != nil || crdVersion() == before || crdPatches.Load() != 1 {
+		t.Errorf("a changed CRD was not applied (%v; %d requests)", err, crdPatches.Load())
 	}
 	if !strings.Contains(log.String(), "k3s-standin: deploy: applied "+filepath.Join(dir, "a-crd.yaml")+" (1 objects)") {
 		t.Errorf("the log does not say what was applied:\n%s", log.String())
