@@ -146,7 +146,7 @@ func (d *deployer) files() ([]string, error) {
 // has it. A CRD whose manifest has not changed since is not applied again, at a start
 // either: an apply of liken's two CRDs (66 KB each), even one that changes nothing, took
 // 0.25 to 0.7 s in a native API server, and after a server's boot under TCG it ran past the
-// API server's request timeout (60 s) each time, holding back every manifest after it
+// API server's request timeout (60 s) in three of a lab test's five server starts, holding back every manifest after it
 // (liken-rbac.yaml, and with it a new machine's permissions, by two minutes). k3s's deploy
 // controller applies such a CRD again, and would put back an operator's edit of it; the
 // stand-in does not (docs/k3s.md).
