@@ -145,11 +145,11 @@ func (d *deployer) files() ([]string, error) {
 // appliedHash, on a CRD the deployer applied, is the SHA-256 of the object as its manifest
 // has it. A CRD whose manifest has not changed since is not applied again, at a start
 // either: an apply of liken's two CRDs (66 KB each), even one that changes nothing, took
-// 0.25 to 0.7 s in a native API server, and after a server's boot under TCG it ran past the
-// API server's request timeout (60 s) in three of a lab test's five server starts, holding back every manifest after it
-// (liken-rbac.yaml, and with it a new machine's permissions, by two minutes). k3s's deploy
-// controller applies such a CRD again, and would put back an operator's edit of it; the
-// stand-in does not (docs/k3s.md).
+// 0.25 to 0.7 s in a native API server, and under TCG it ran past the API server's request
+// timeout (60 s) in three of a lab test's five server starts, holding back every manifest
+// after it (liken-rbac.yaml, and with it a new machine's permissions, by two minutes). k3s's
+// deploy controller applies such a CRD again, and would put back an operator's edit of it;
+// the stand-in does not (docs/k3s.md).
 const appliedHash = "k3s-standin.liken.dev/applied-hash"
 
 var crdKind = schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}
