@@ -219,21 +219,30 @@ func (n *Node) RunNode(ctx context.Context, in NodeInput) error {
 // waitContainerd waits for containerd's socket to take connections, as k3s waits for its CRI
 // before it starts the kubelet.
 func (n *Node) waitContainerd(ctx context.Context, exited <-chan error) error {
-	deadline := time.After(2 * time.Minute)
+	start := time.Now()
 	for {
 		if c, err := net.Dial("unix", n.ContainerdSocket()); err == nil {
 			c.Close()
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-exited:
-			return err
-		case <-deadline:
+		if time.Since(start) > 2*time.Minute {
 			return fmt.Errorf("containerd did not serve on %s within two minutes", n.ContainerdSocket())
-		case <-time.After(100 * time.Millisecond):
 		}
+		if err := pause(ctx, exited, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// pause waits d, or returns why the node cannot wait: ctx ended, or a part exited.
+func pause(ctx context.Context, exited <-chan error, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-exited:
+		return err
+	case <-time.After(d):
+		return nil
 	}
 }
 
@@ -355,12 +364,8 @@ func (n *Node) waitNodeIP(ctx context.Context, exited <-chan error, log io.Write
 			fmt.Fprintf(log, "k3s-standin: node %s does not have its address %s after %s: starting kube-proxy anyway\n", n.NodeName, n.NodeIP, nodeIPWait)
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-exited:
+		if err := pause(ctx, exited, 2*time.Second); err != nil {
 			return err
-		case <-time.After(2 * time.Second):
 		}
 	}
 }
