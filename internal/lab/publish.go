@@ -57,9 +57,7 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 	}
 	if !built {
 		fmt.Fprintf(out, "building the stand-in release %s from %s\n", version, st.Source)
-		cache, _ := os.UserCacheDir()
-		if _, _, err := release.DefaultCache().Build(release.BuildOptions{Version: version, Source: st.Source, StandIn: true, Out: relDir,
-			KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: out}); err != nil {
+		if _, _, err := release.DefaultCache().Build(ReleaseOptions(version, st.Source, relDir, out)); err != nil {
 			os.RemoveAll(relDir)
 			return "", fmt.Errorf("building the release: %w", err)
 		}
@@ -107,4 +105,13 @@ func pinIn(ctx context.Context, lc *kube.Client, version, digest string) error {
 	c.Spec.Releases[version] = v1alpha1.Digest(digest)
 	_, err = lc.UpdateCluster(ctx, c)
 	return err
+}
+
+// ReleaseOptions are the options of a lab's releases (up's and publish's): the stand-in k3s,
+// built from source into out, at a fixed epoch so that the same source and version make the
+// same release and the release cache serves it again.
+func ReleaseOptions(version, source, out string, log io.Writer) release.BuildOptions {
+	cache, _ := os.UserCacheDir()
+	return release.BuildOptions{Version: version, Source: source, StandIn: true, Out: out,
+		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: log}
 }

@@ -160,9 +160,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	// The release, into the lab's channel.
 	say("building the stand-in release %s from %s", o.Version, o.Source)
 	relDir := filepath.Join(dir, "release", o.Version)
-	cache, _ := os.UserCacheDir()
-	if _, _, err := release.DefaultCache().Build(release.BuildOptions{Version: o.Version, Source: o.Source, StandIn: true, Out: relDir,
-		KernelCache: filepath.Join(cache, "liken", "kernel"), Epoch: time.Unix(1785000000, 0), Log: o.Out}); err != nil {
+	if _, _, err := release.DefaultCache().Build(ReleaseOptions(o.Version, o.Source, relDir, o.Out)); err != nil {
 		return st, fmt.Errorf("building the release: %w", err)
 	}
 	channel := filepath.Join(dir, "channel")

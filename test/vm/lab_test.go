@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/lab"
+	"liken.dev/liken/internal/release"
 	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
@@ -43,11 +45,32 @@ import (
 // install.md adds one (the server boots a newer layer and makes only the new Machine, an
 // operator's edits standing); down leaves no process and no file.
 func TestLabUpAndDown(t *testing.T) {
-	vmTest(t)
+	const v1, v2 = "2026.12.01-001", "2026.12.01-002"
 	bin := filepath.Join(t.TempDir(), "liken")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/liken").CombinedOutput(); err != nil {
-		t.Fatalf("building liken: %v\n%s", err, out)
-	}
+	// The builds go first, while this test waits for the other packages' tests: liken itself,
+	// and through the release cache the lab's two releases, which `lab up` and `lab publish`
+	// then copy from the cache as on any rerun. Built by publish with the lab's machines
+	// running, the second release kept the host's cores and disk so busy that the server's
+	// API did not answer for more than a minute after it, twice in CI (the pin, then `liken
+	// upgrade`, timed out).
+	vmTest(t, func() {
+		if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/liken").CombinedOutput(); err != nil {
+			t.Fatalf("building liken: %v\n%s", err, out)
+		}
+		cache := release.DefaultCache()
+		if cache.Dir == "" {
+			return // LIKEN_RELEASE_CACHE=off: up and publish build their own
+		}
+		for _, v := range []string{v1, v2} {
+			start, out := time.Now(), t.TempDir()
+			_, _, hit, err := cache.BuildCached(lab.ReleaseOptions(v, "../..", out, io.Discard))
+			if err != nil {
+				t.Fatalf("building the lab's release %s: %v", v, err)
+			}
+			os.RemoveAll(out)
+			t.Logf("liken-ledger: the lab's release %s ready in the release cache in %s (from the cache: %v)", v, time.Since(start).Round(time.Second), hit)
+		}
+	})
 	dir := filepath.Join(t.TempDir(), "lab")
 	port := apiserver.FreePort()
 	run := func(ctx context.Context, args ...string) (string, error) {
@@ -173,7 +196,6 @@ func TestLabUpAndDown(t *testing.T) {
 	if chlog, _ := os.ReadFile(filepath.Join(dir, "channel.log")); !strings.Contains(string(chlog), " /v2/liken-demo/manifests/1\n") {
 		t.Errorf("the lab's registry did not serve the demo's image to the machines:\n%s", chlog)
 	}
-	const v1, v2 = "2026.12.01-001", "2026.12.01-002"
 	restartStart := time.Now()
 	restartProbe := probe(t, ports)
 	k3sRestartKeepsPods(t, lc, admin, web, webBefore)
@@ -308,6 +330,9 @@ func TestLabUpAndDown(t *testing.T) {
 	if out, err := liken("lab", "publish", "--dir", dir, "--version", v2); err != nil {
 		t.Fatalf("liken lab publish: %v\n%s", err, out)
 	}
+	// The API answering before the operator's command, as an operator would see it in
+	// `liken status` first: the ledger shows how long the publish left it silent.
+	eventually(t, "the lab's API server answering after the publish", func(ctx context.Context) error { _, err := lc.Cluster(ctx); return err })
 	upgradeStart := time.Now()
 	stopWatching := web.availability(t)
 	upgradeProbe := probe(t, ports)

@@ -66,10 +66,14 @@ var afterOthers = map[string]bool{"TestLabUpAndDown": true}
 const afterOthersBound = 20 * time.Minute
 
 // vmTest makes t one of the VM tests the scheduler runs LIKEN_VM_PARALLEL at a time,
-// longest first. Every VM test calls it first.
-func vmTest(t *testing.T) {
+// longest first. Every VM test calls it first. Each of meanwhile runs first, before the
+// waits: host-side work (builds) that needs no VM, done while the test would wait anyway.
+func vmTest(t *testing.T, meanwhile ...func()) {
 	t.Helper()
 	t.Parallel()
+	for _, f := range meanwhile {
+		f()
+	}
 	start := time.Now()
 	if f := os.Getenv("LIKEN_VM_AFTER"); f != "" && afterOthers[t.Name()] {
 		for {
