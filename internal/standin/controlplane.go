@@ -328,10 +328,12 @@ func spawnPart(ctx context.Context, name, path string, args, env []string, logPa
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	fmt.Fprintf(log, "k3s-standin: started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
+	parts.started(name, cmd.Process.Pid)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		err := cmd.Wait()
+		parts.exited(name, cmd.ProcessState)
 		logf.Close()
 		if ctx.Err() != nil {
 			return

@@ -228,6 +228,7 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	if err := c.preflight(getenv, log); err != nil {
 		return err
 	}
+	go logCPU(ctx, cpuEvery, log)
 	fault := getenv("LIKEN_STANDIN_FAULT")
 	if d, ok := strings.CutPrefix(fault, "slow-start="); ok {
 		dur, err := time.ParseDuration(d)

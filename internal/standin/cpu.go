@@ -1,0 +1,178 @@
+package standin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The parts' CPU time, on the stand-in's log every cpuEvery: under emulation (the VM tier,
+// `liken lab`) what a server's machine costs the host is mostly its control plane and node
+// at rest, and this line says which part takes what (docs/testing.md, the time ledger). k3s
+// logs no such line: it is the stand-in's own, and says so.
+
+// cpuEvery is how often the stand-in logs its parts' CPU time.
+const cpuEvery = 5 * time.Minute
+
+// userHZ is the unit of /proc's CPU times: USER_HZ, 100 on every architecture Linux
+// exports it for, whatever the kernel's own tick.
+const userHZ = 100
+
+// parts is the CPU ledger of the parts this stand-in started.
+var parts = &cpuLedger{running: map[string]int{}, ended: map[string]time.Duration{}}
+
+type cpuLedger struct {
+	mu      sync.Mutex
+	running map[string]int           // name: pid
+	ended   map[string]time.Duration // CPU of each part's runs that ended
+}
+
+func (l *cpuLedger) started(name string, pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running[name] = pid
+}
+
+func (l *cpuLedger) exited(name string, ps *os.ProcessState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.running, name)
+	if ps != nil {
+		l.ended[name] += ps.UserTime() + ps.SystemTime()
+	}
+}
+
+// byPart is each part's CPU time: its ended runs', and the running one's from /proc (with
+// the children it reaped).
+func (l *cpuLedger) byPart() map[string]time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]time.Duration{}
+	for n, d := range l.ended {
+		out[n] = d
+	}
+	for n, pid := range l.running {
+		if d, err := procCPU(pid); err == nil {
+			out[n] += d
+		}
+	}
+	return out
+}
+
+// procCPU is a process's user and system time, and its reaped children's, from
+// /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return statCPU(string(b))
+}
+
+// statCPU reads utime, stime, cutime and cstime (fields 14 to 17) from a /proc/PID/stat
+// line. The command name (field 2) may hold spaces and parentheses: fields are counted
+// from its closing one.
+func statCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
+	if len(f) < 15 {
+		return 0, fmt.Errorf("%d fields after the command name; want 15 or more", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:15] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("a CPU time %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// machineCPU is the busy and the total time of every CPU, from /proc/stat's first line.
+func machineCPU(procStat string) (busy, total int64, err error) {
+	line, _, _ := strings.Cut(procStat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("not a /proc/stat cpu line: %q", line)
+	}
+	for i, s := range f[1:] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		if i >= 8 { // guest and guest_nice are counted in user and nice already
+			break
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total, nil
+}
+
+// cpuLine is the line logged: the parts' CPU seconds, most first, and how busy the machine
+// was since the last line.
+func cpuLine(byPart map[string]time.Duration, self time.Duration, busyPct float64, since time.Duration) string {
+	names := make([]string, 0, len(byPart))
+	for n := range byPart {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if byPart[names[i]] != byPart[names[j]] {
+			return byPart[names[i]] > byPart[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	each := make([]string, len(names))
+	for i, n := range names {
+		each[i] = fmt.Sprintf("%s %.1f", n, byPart[n].Seconds())
+	}
+	busy := "unknown"
+	if busyPct >= 0 {
+		busy = fmt.Sprintf("%.0f%%", busyPct)
+	}
+	return fmt.Sprintf("k3s-standin: CPU seconds since start (the stand-in's own ledger, not k3s's): %s; the stand-in itself %.1f; the machine's CPUs %s busy over the last %s",
+		strings.Join(each, ", "), self.Seconds(), busy, since.Round(time.Second))
+}
+
+// logCPU logs the CPU line every cpuEvery until ctx ends.
+func logCPU(ctx context.Context, every time.Duration, log io.Writer) {
+	read := func() (int64, int64) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0
+		}
+		busy, total, _ := machineCPU(string(b))
+		return busy, total
+	}
+	busy0, total0 := read()
+	last := time.Now()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		busy, total := read()
+		pct := -1.0
+		if total > total0 {
+			pct = 100 * float64(busy-busy0) / float64(total-total0)
+		}
+		self, _ := procCPU(os.Getpid())
+		fmt.Fprintln(log, cpuLine(parts.byPart(), self, pct, time.Since(last)))
+		busy0, total0, last = busy, total, time.Now()
+	}
+}
