@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,10 +53,13 @@ type fleetRecord struct {
 	// atOnce are the moments two machines were unavailable, or held turns, together.
 	atOnce []string
 	// cordoned: when each Node was first seen so; notReady and readyAgain: when it was last
-	// seen turning NotReady, and Ready; released: when each machine's turn was last seen to end.
-	cordoned, notReady, readyAgain, released map[string]time.Time
-	nodes                                    map[string]string // name → why unavailable, "" if available
-	holders                                  []string
+	// seen turning NotReady, and Ready; granted and released: when each machine's turn was
+	// last seen to begin, and to end; gateFailed: when a machine's turn was last seen to
+	// fail its gates.
+	cordoned, notReady, readyAgain, granted, released, gateFailed map[string]time.Time
+	nodes                                                         map[string]string // name → why unavailable, "" if available
+	holders                                                       []string
+	failedGates                                                   map[string]bool // machine@since of the gate failures seen
 }
 
 func (r *fleetRecord) say(format string, args ...any) {
@@ -99,6 +105,14 @@ func (r *fleetRecord) cluster(c *v1alpha1.Cluster) {
 	var holders []string
 	for _, t := range c.Status.Turns {
 		holders = append(holders, t.Machine+" ("+string(t.Phase)+")")
+		if !strings.Contains(strings.Join(r.holders, ","), t.Machine+" ") {
+			r.granted[t.Machine] = time.Now()
+		}
+		if g := t.Gates; g != nil && g.Phase == v1alpha1.GateFailed && !r.failedGates[t.Machine+"@"+g.Since.String()] {
+			r.failedGates[t.Machine+"@"+g.Since.String()] = true
+			r.gateFailed[t.Machine] = time.Now()
+			r.say("%s failed its gates: %s", t.Machine, g.Message)
+		}
 	}
 	for _, h := range r.holders {
 		name, _, _ := strings.Cut(h, " ")
@@ -126,7 +140,8 @@ func orText(s, or string) string {
 func (j *joined) record(t *testing.T) *fleetRecord {
 	t.Helper()
 	r := &fleetRecord{start: time.Now(), cordoned: map[string]time.Time{}, notReady: map[string]time.Time{},
-		readyAgain: map[string]time.Time{}, released: map[string]time.Time{}, nodes: map[string]string{}}
+		readyAgain: map[string]time.Time{}, granted: map[string]time.Time{}, released: map[string]time.Time{}, gateFailed: map[string]time.Time{},
+		nodes: map[string]string{}, failedGates: map[string]bool{}}
 	nw, err := j.admin.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -261,13 +276,14 @@ func (j *joined) podOn(t *testing.T, node, name string, grace int64) {
 // its pod evicted, it reboots, passes the health gate, is uncordoned and gives its turn
 // back, with nothing left pending. Then under Auto with maxUnavailable 1, a change to both:
 // they reboot one after the other (the coordinator's own machine last), never both at once,
-// as the recorded Node conditions and turns show.
+// as the recorded Node conditions and turns show. Last, release B with a gate that fails
+// (gatedRelease): the first machine falls back and the rollout halts before the second.
 func TestTwoMachinesTakeTurns(t *testing.T) {
 	vmTest(t)
 	j := joinMachines(t, apiserver.Options{ControllerManager: true,
 		Controllers:           "node-lifecycle-controller,serviceaccount-controller",
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s", "--node-monitor-period=2s"},
-	}, 512, []string{vmMachine, vmAgent}, "liken.test.k3s-fault=slow-start=25s")
+	}, 512, []string{vmMachine, vmAgent}, "liken.test.k3s-fault=slow-start=25s", releaseB)
 	// slow-start: k3s starts 25 s into each boot, so a rebooting machine's kubelet is silent
 	// longer than the 20 s grace whatever the emulation's speed, and its Node goes NotReady:
 	// the health-gate check below needs that NotReady, on a fast host too.
@@ -388,4 +404,100 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 	}
 	report.Line("two machines in QEMU (TCG, 1 vCPU each): approve-reboot to vm-2's turn given back %s (cordon, eviction, reboot, health gate); Auto change to both, one after the other, %s; %d Nodes seen NotReady while down",
 		manual.Round(time.Second), auto.Round(time.Second), notReady)
+
+	gatedRelease(t, j, vms, rec)
+}
+
+// gatedRelease: release B, whose trial boots but whose gate fails, rolled out under Auto to
+// the two machines of TestTwoMachinesTakeTurns, vm-2 first (a canary). vm-2 is drained and
+// boots B's trial, which is healthy by its own account; its gate (a Deployment that must be
+// Available) does not pass within its timeout, so with commitAfterGates (the default) the
+// trial ends and vm-2 falls back to slot A, and with maxFailures 1 (the default) the
+// coordinator halts the rollout: vm-1 stays on A, never cordoned, drained or given a turn.
+// Here the gate's Deployment cannot become Available at all (this tier's API server runs
+// no deployment controller, and its Nodes are simulated): it stands for a workload that
+// release B broke, which fails the gate the same way; the lab's fleet upgrade passes such
+// gates with real pods.
+func gatedRelease(t *testing.T, j *joined, vms map[string]*VM, rec *fleetRecord) {
+	t.Helper()
+	ctx := t.Context()
+	one := int32(1)
+	labels := map[string]string{"app": "gated"}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gated", Namespace: "default", Labels: labels},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/app"}}}}}}
+	if _, err := j.admin.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j.editNamed(t, "vm-2", func(m *v1alpha1.Machine) {
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		m.Labels["liken.test/canary"] = "yes"
+	})
+	marks := map[string]int{"vm-1": vms["vm-1"].Mark(), "vm-2": vms["vm-2"].Mark()}
+	start := time.Now()
+	const gateTimeout = 30 * time.Second
+	j.editCluster(t, func(c *v1alpha1.Cluster) {
+		c.Spec.Version = releaseB
+		if c.Spec.Rollout == nil {
+			c.Spec.Rollout = &v1alpha1.Rollout{}
+		}
+		c.Spec.Rollout.Canaries = &metav1.LabelSelector{MatchLabels: map[string]string{"liken.test/canary": "yes"}}
+		c.Spec.Rollout.Gates = []v1alpha1.RolloutGate{{Name: "gated", Timeout: &metav1.Duration{Duration: gateTimeout},
+			Workloads: &v1alpha1.WorkloadsGate{Namespace: "default", Selector: metav1.LabelSelector{MatchLabels: labels}}}}
+	})
+	digestB := j.channel.pins[releaseB]
+	// Bound: staging B (a download and a verified write on one vCPU), a drain, a reboot, the
+	// gate's timeout and the fallback's reboot.
+	j.waitFleet(t, "vm-2", "back on release A from slot A after its trial of B failed its gate", 15*time.Minute, func(m *v1alpha1.Machine, n *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		failedB := slices.ContainsFunc(m.Status.Upgrade.FailedReleases, func(f v1alpha1.FailedRelease) bool { return f.Digest == digestB })
+		return running(m, "A", releaseA) && failedB && c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonGateFailed && kube.NodeReady(n)
+	})
+	back := time.Now()
+	failedAt := rec.at(rec.gateFailed, "vm-2")
+	if failedAt.IsZero() || failedAt.Before(start) {
+		t.Fatalf("vm-2 is back on A, but its turn was never seen failing its gates (last at %v)", failedAt)
+	}
+	if c := strings.Count(vms["vm-2"].Console()[marks["vm-2"]:], "liken-init: reboot: "); c != 2 {
+		t.Errorf("vm-2 rebooted %d times for release B; want 2 (into the trial, and back after its gate failed)", c)
+	}
+	// The halt, and what it holds: vm-1 has B staged, and would have its turn now (the
+	// canary no longer has a reboot ahead), were it not for the halt. Watched for a while.
+	var cl *v1alpha1.Cluster
+	eventually(t, "the Cluster's rollout halted for vm-2's failure", func(ctx context.Context) error {
+		var err error
+		if cl, err = j.lc.Cluster(ctx); err != nil {
+			return err
+		}
+		ro, c := cl.Status.Rollout, meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ClusterRolloutPaused)
+		if ro == nil || ro.Halted == nil || !slices.Equal(ro.Halted.Machines, []string{"vm-2"}) || c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonHalted {
+			return fmt.Errorf("not halted for vm-2: status.rollout %+v, RolloutPaused %+v", ro, c)
+		}
+		return nil
+	})
+	j.waitFleet(t, "vm-1", "release B staged, waiting", 5*time.Minute, func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && hasPending(m, "cluster.spec.version")
+	})
+	time.Sleep(45 * time.Second)
+	if g := rec.at(rec.granted, "vm-1"); g.After(start) {
+		t.Errorf("vm-1 was given a turn at %s, after the rollout of B began at %s: the halt did not hold it", g.Format(time.StampMilli), start.Format(time.StampMilli))
+	}
+	n, err := j.admin.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{})
+	if err != nil || n.Spec.Unschedulable {
+		t.Errorf("vm-1's Node after the halt: cordoned %v (%v)", n != nil && n.Spec.Unschedulable, err)
+	}
+	if c := strings.Count(vms["vm-1"].Console()[marks["vm-1"]:], "liken-init: reboot: "); c != 0 {
+		t.Errorf("vm-1 rebooted %d times during B's halted rollout", c)
+	}
+	if m, err := j.lc.Machine(ctx, "vm-1"); err != nil || !running(m, "A", releaseA) {
+		t.Errorf("vm-1 after the halt: %v, %+v", err, m.Status.Release)
+	}
+	if ev := j.eventsOf(t, "vm-2"); ev[v1alpha1.ReasonGateFailed] == 0 {
+		t.Errorf("no %s Event for vm-2: %v", v1alpha1.ReasonGateFailed, ev)
+	}
+	report.Line("a release whose gate fails, under Auto with maxFailures 1 (two machines in QEMU, TCG): the canary vm-2 failed its gate (timeout %s) and was back on slot A %s later, %s after the version changed; the rollout halted with 1 machine touched, vm-1 never drained (watched 45 s after)",
+		gateTimeout, back.Sub(failedAt).Round(time.Second), back.Sub(start).Round(time.Second))
 }

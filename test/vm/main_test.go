@@ -21,12 +21,15 @@ import (
 // goes after those listed): from make test's time ledger on a 2-core build machine without
 // KVM, two VM tests at a time beside the other packages, December 2026 (after the guest
 // clock fix, qemu.TCGKernelArgs; the lab's with its lab add, which that run did not finish).
+// TestTwoMachinesTakeTurns's adds about four minutes for its gated release (issue 27):
+// estimated, and still after TestDataDiskAndNetworkTrials's measured 850, so that the
+// second slot frees about when the lab may start.
 var expectedSeconds = map[string]int{
 	"TestLabUpAndDown":                      2750,
 	"TestTrialFailuresEndOnTheLastGoodSlot": 1420,
 	"TestUpgradeCommitAndRollback":          335,
-	"TestTwoMachinesTakeTurns":              306,
-	"TestDataDiskAndNetworkTrials":          430,
+	"TestTwoMachinesTakeTurns":              560,
+	"TestDataDiskAndNetworkTrials":          850,
 	"TestClockBeforeK3s":                    113,
 	"TestMachineFoundByMAC":                 63,
 	"TestInstalledMachineJoinsTheAPI":       56,
