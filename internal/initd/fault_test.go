@@ -43,3 +43,23 @@ func TestFaultsOnlyInTestBuilds(t *testing.T) {
 		}
 	}
 }
+
+// TestStandInFaults: a machine's own stand-in fault applies to every boot; a release's only
+// to a boot of that release, which is how a VM test plays a release that breaks something
+// while the same disk's other slot does not.
+func TestStandInFaults(t *testing.T) {
+	for _, tc := range []struct {
+		cmdline, version, want string
+	}{
+		{"liken.slot=A", "2026.11.29-001", ""},
+		{"liken.test.k3s-fault=slow-start=25s", "2026.11.29-001", "slow-start=25s"},
+		{"liken.test.k3s-fault=slow-start=25s liken.test.k3s-fault-release=2026.11.29-002:pods-not-ready", "2026.11.29-001", "slow-start=25s"},
+		{"liken.test.k3s-fault=slow-start=25s liken.test.k3s-fault-release=2026.11.29-002:pods-not-ready", "2026.11.29-002", "slow-start=25s,pods-not-ready"},
+		{"liken.test.k3s-fault-release=2026.11.29-002:pods-not-ready", "2026.11.29-002", "pods-not-ready"},
+		{"liken.test.k3s-fault-release=2026.11.29-002", "2026.11.29-002", ""}, // no fault named
+	} {
+		if got := standInFaults(initramfs.ParseCmdline(tc.cmdline), tc.version); got != tc.want {
+			t.Errorf("standInFaults(%q, %s) = %q; want %q", tc.cmdline, tc.version, got, tc.want)
+		}
+	}
+}

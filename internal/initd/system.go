@@ -462,7 +462,7 @@ func (s *system) run() error {
 	console := os.Stdout
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
-		Env:    k3sEnv(s.cmd, s.machine.Spec.Role),
+		Env:    k3sEnv(s.cmd, s.machine.Spec.Role, s.version),
 		Stdout: console, Stderr: console}, nil)
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
 		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery.String()}
@@ -561,9 +561,9 @@ func (s *system) run() error {
 	return unix.Reboot(action)
 }
 
-// k3sEnv is k3s's environment; never INVOCATION_ID, which would make k3s pick the systemd
-// cgroup driver.
-func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
+// k3sEnv is k3s's environment for a boot of release version; never INVOCATION_ID, which
+// would make k3s pick the systemd cgroup driver.
+func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role, version string) []string {
 	env := []string{"PATH=" + k3s.HostPATH, "HOME=/root"}
 	if standIn() {
 		env = append(env, "LIKEN_STANDIN_KUBECONFIG="+standInKubeconfig)
@@ -581,11 +581,27 @@ func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role) []string {
 			cmd["liken.test.node"] != "simulated" {
 			env = append(env, "LIKEN_STANDIN_NODE="+apirelease.StandInControlPlaneDir)
 		}
-		if f := cmd["liken.test.k3s-fault"]; f != "" {
-			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready
+		if f := standInFaults(cmd, version); f != "" {
+			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready, ...
 		}
 	}
 	return env
+}
+
+// standInFaults are the stand-in's faults for a boot of release version (VM tests, through
+// test switches): the machine's own (liken.test.k3s-fault=FAULT), and those of the release
+// it boots (liken.test.k3s-fault-release=VERSION:FAULT: that release, and no other, boots
+// with FAULT, as a release that breaks something would; the same disk's other slot does
+// not), joined by commas.
+func standInFaults(cmd initramfs.Cmdline, version string) string {
+	var f []string
+	if own := cmd["liken.test.k3s-fault"]; own != "" {
+		f = append(f, own)
+	}
+	if v, fault, ok := strings.Cut(cmd["liken.test.k3s-fault-release"], ":"); ok && v == version && fault != "" {
+		f = append(f, fault)
+	}
+	return strings.Join(f, ",")
 }
 
 // reaper is reap's state: while any of init's own commands runs (a preflight's modprobe,

@@ -32,9 +32,12 @@
 //	LIKEN_STANDIN_NODE        directory of the node's programs: run a real node (noderun.go)
 //	LIKEN_STANDIN_HEALTHZ     a simulated node's readiness address (default 127.0.0.1:10248,
 //	                          the kubelet's, which a real node's kubelet serves)
-//	LIKEN_STANDIN_FAULT       never-ready | crash-after=DURATION | slow-start=DURATION |
-//	                          late-boot-id=DURATION (the Node keeps the boot before's system
-//	                          info, Ready, that long: a kubelet that has not reported yet)
+//	LIKEN_STANDIN_FAULT       faults, separated by commas: never-ready | crash-after=DURATION |
+//	                          slow-start=DURATION | late-boot-id=DURATION (the Node keeps the
+//	                          boot before's system info, Ready, that long: a kubelet that has
+//	                          not reported yet) | pods-not-ready (a simulated node's pods are
+//	                          Running but not Ready: a release that breaks the workloads and
+//	                          not k3s, the Node staying Ready)
 //	LIKEN_STANDIN_CONTROL_PLANE  directory of the control plane `server` runs (controlplane.go);
 //	                          unset, a server registers with an API server run by a test
 //	LIKEN_STANDIN_PREFLIGHT   off: skip the host checks k3s performs (preflight.go), where
@@ -67,6 +70,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -229,36 +233,30 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		return err
 	}
 	go logCPU(ctx, cpuEvery, log)
-	fault := getenv("LIKEN_STANDIN_FAULT")
-	if d, ok := strings.CutPrefix(fault, "slow-start="); ok {
-		dur, err := time.ParseDuration(d)
-		if err != nil {
-			return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
-		}
-		fmt.Fprintf(log, "k3s-standin: fault slow-start: waiting %s\n", dur)
+	f, err := parseFaults(getenv("LIKEN_STANDIN_FAULT"))
+	if err != nil {
+		return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
+	}
+	if f.slowStart > 0 {
+		fmt.Fprintf(log, "k3s-standin: fault slow-start: waiting %s\n", f.slowStart)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(dur):
+		case <-time.After(f.slowStart):
 		}
 	}
 	var crash <-chan time.Time
-	if d, ok := strings.CutPrefix(fault, "crash-after="); ok {
-		dur, err := time.ParseDuration(d)
-		if err != nil {
-			return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
-		}
-		crash = time.After(dur)
+	if f.crashAfter > 0 {
+		crash = time.After(f.crashAfter)
 	}
-	neverReady := fault == "never-ready"
+	neverReady := f.neverReady
 	var lateBootID time.Time
-	if d, ok := strings.CutPrefix(fault, "late-boot-id="); ok {
-		dur, err := time.ParseDuration(d)
-		if err != nil {
-			return fmt.Errorf("LIKEN_STANDIN_FAULT: %w", err)
-		}
-		lateBootID = time.Now().Add(dur)
-		fmt.Fprintf(log, "k3s-standin: fault late-boot-id: the Node keeps the last boot's system info for %s\n", dur)
+	if f.lateBootID > 0 {
+		lateBootID = time.Now().Add(f.lateBootID)
+		fmt.Fprintf(log, "k3s-standin: fault late-boot-id: the Node keeps the last boot's system info for %s\n", f.lateBootID)
+	}
+	if f.podsNotReady {
+		fmt.Fprintln(log, "k3s-standin: fault pods-not-ready: this node's pods are reported Running but not Ready (a release that breaks the workloads, not k3s)")
 	}
 
 	kc := getenv("LIKEN_STANDIN_KUBECONFIG")
@@ -280,6 +278,9 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 	if parts := getenv("LIKEN_STANDIN_NODE"); parts != "" {
 		if !lateBootID.IsZero() {
 			return errors.New("LIKEN_STANDIN_FAULT late-boot-id plays a kubelet that has not reported yet: a real node's kubelet reports for itself")
+		}
+		if f.podsNotReady {
+			return errors.New("LIKEN_STANDIN_FAULT pods-not-ready plays a simulated node's pods: a real node's kubelet reports its own")
 		}
 		return c.runNode(ctx, parts, kc, neverReady, crash, getenv, log)
 	}
@@ -329,7 +330,7 @@ func Run(ctx context.Context, c *Config, getenv func(string) string, log io.Writ
 		} else {
 			ready.Store(!neverReady)
 		}
-		if err := tendPods(ctx, client, name, log); err != nil {
+		if err := tendPods(ctx, client, name, !f.podsNotReady, log); err != nil {
 			fmt.Fprintf(log, "k3s-standin: pods: %v\n", err)
 		}
 		select {
@@ -559,7 +560,16 @@ func (c *Config) nodeStatus(bootIDFile string) corev1.NodeStatus {
 	if ip == "" {
 		ip = firstHostIP()
 	}
+	// What a kubelet reports it can hold, so that the scheduler places pods here (with none,
+	// it reports "Too many pods"): the kubelet's default of 110 pods (--max-pods, which k3s
+	// keeps), the machine's CPUs and memory, nothing reserved.
+	capacity := corev1.ResourceList{
+		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),
+	}
 	return corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity.DeepCopy(),
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: c.NodeName()}},
 		NodeInfo: corev1.NodeSystemInfo{
 			BootID: read(bootIDFile), MachineID: read("/etc/machine-id"),
@@ -567,6 +577,18 @@ func (c *Config) nodeStatus(bootIDFile string) corev1.NodeStatus {
 			ContainerRuntimeVersion: "stand-in://none", KubeletVersion: "v1.37.2-standin", KubeProxyVersion: "",
 		},
 	}
+}
+
+// memTotal is the machine's memory in bytes, from /proc/meminfo (0 when unreadable).
+func memTotal() int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kib * 1024
+		}
+	}
+	return 0
 }
 
 func heartbeat(ctx context.Context, client kubernetes.Interface, name string, ready bool, host corev1.NodeStatus) error {
@@ -609,7 +631,8 @@ func heartbeat(ctx context.Context, client kubernetes.Interface, name string, re
 	}
 	// Only the heartbeat time changes between beats; skip the write unless the status does.
 	var kept []corev1.NodeCondition
-	same := node.Status.NodeInfo == host.NodeInfo && equality.Semantic.DeepEqual(node.Status.Addresses, host.Addresses)
+	same := node.Status.NodeInfo == host.NodeInfo && equality.Semantic.DeepEqual(node.Status.Addresses, host.Addresses) &&
+		equality.Semantic.DeepEqual(node.Status.Capacity, host.Capacity) && equality.Semantic.DeepEqual(node.Status.Allocatable, host.Allocatable)
 	for _, c := range node.Status.Conditions {
 		if c.Type != corev1.NodeReady {
 			kept = append(kept, c)
@@ -619,6 +642,7 @@ func heartbeat(ctx context.Context, client kubernetes.Interface, name string, re
 	}
 	node.Status.Conditions = append(kept, cond)
 	node.Status.NodeInfo, node.Status.Addresses = host.NodeInfo, host.Addresses
+	node.Status.Capacity, node.Status.Allocatable = host.Capacity, host.Allocatable
 	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	return err
 }
@@ -631,14 +655,20 @@ const (
 )
 
 // tendPods plays the kubelet's part in a pod's life that drains depend on, for the pods
-// bound to this Node: a pod not yet running is reported Running and Ready (no container
-// runs: the stand-in runs none, and the pod's status says so), and a pod being deleted is removed once its grace period
-// has passed, as a kubelet does when its containers have stopped. Pods live in the API
-// server, so a restarted stand-in finds and reports the same pods.
-func tendPods(ctx context.Context, client kubernetes.Interface, name string, log io.Writer) error {
+// bound to this Node: a pod not yet running is reported Running and, unless ready is false,
+// Ready (no container runs: the stand-in runs none, and the pod's status says so); a pod's
+// readiness follows ready (fault pods-not-ready: a release that breaks the workloads); and a
+// pod being deleted is removed once its grace period has passed, as a kubelet does when its
+// containers have stopped. Pods live in the API server, so a restarted stand-in finds and
+// reports the same pods.
+func tendPods(ctx context.Context, client kubernetes.Interface, name string, ready bool, log io.Writer) error {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
 	if err != nil {
 		return fmt.Errorf("listing the pods bound to %s: %w", name, err)
+	}
+	readyStatus := corev1.ConditionTrue
+	if !ready {
+		readyStatus = corev1.ConditionFalse
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -663,16 +693,37 @@ func tendPods(ctx context.Context, client kubernetes.Interface, name string, log
 			p.Status.Conditions = []corev1.PodCondition{
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
 				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.ContainersReady, Status: readyStatus, LastTransitionTime: now},
+				{Type: corev1.PodReady, Status: readyStatus, LastTransitionTime: now},
 			}
 			if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("reporting pod %s/%s running: %w", p.Namespace, p.Name, err)
 			}
-			fmt.Fprintf(log, "k3s-standin: pod %s/%s reported Running (stand-in: no container runs)\n", p.Namespace, p.Name)
+			fmt.Fprintf(log, "k3s-standin: pod %s/%s reported Running, ready %v (stand-in: no container runs)\n", p.Namespace, p.Name, ready)
+		case p.Status.Phase == corev1.PodRunning && podReady(p) != ready:
+			now := metav1.Now()
+			for j, c := range p.Status.Conditions {
+				if c.Type == corev1.ContainersReady || c.Type == corev1.PodReady {
+					p.Status.Conditions[j].Status, p.Status.Conditions[j].LastTransitionTime = readyStatus, now
+				}
+			}
+			if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("reporting pod %s/%s ready %v: %w", p.Namespace, p.Name, ready, err)
+			}
+			fmt.Fprintf(log, "k3s-standin: pod %s/%s reported ready %v (stand-in: no container runs)\n", p.Namespace, p.Name, ready)
 		}
 	}
 	return nil
+}
+
+// podReady is whether p's Ready condition is True.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // controlPlane is the control plane a server's config file describes, with k3s's keys.

@@ -164,6 +164,10 @@ func TestRegistersAndHeartbeats(t *testing.T) {
 	if len(node.Status.Addresses) == 0 || node.Status.NodeInfo.KernelVersion == "" {
 		t.Errorf("the Node reports no addresses or kernel: %+v %+v", node.Status.Addresses, node.Status.NodeInfo)
 	}
+	// What it can hold, as a kubelet reports it: without it the scheduler places no pod here.
+	if pods := node.Status.Allocatable.Pods(); pods.Value() != 110 || node.Status.Capacity.Memory().IsZero() || node.Status.Allocatable.Cpu().IsZero() {
+		t.Errorf("the Node's capacity %v and allocatable %v: want 110 pods, the host's CPUs and memory", node.Status.Capacity, node.Status.Allocatable)
+	}
 	if node.Labels["example.com/pool"] != "a" || node.Labels["node.liken.dev/k3s"] != "stand-in" {
 		t.Errorf("registration labels = %v", node.Labels)
 	}
@@ -219,6 +223,19 @@ func TestFaults(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Errorf("crash-after=1s: still running after 20s")
 	}
+
+	// A fault it does not know is refused at once, not ignored: a test that meant one would
+	// otherwise prove nothing.
+	_, done, cancel = start(t, "typo", "agent", "never-redy")
+	defer cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), `unknown fault "never-redy"`) {
+			t.Errorf("an unknown fault: Run returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("an unknown fault: still running after 20s")
+	}
 }
 
 // TestPods: the stand-in plays the kubelet's part for the pods bound to its Node, with its
@@ -251,27 +268,35 @@ func TestPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	running := func(name string) {
+	// readyIs waits for pod name to be reported Running, its Ready condition ready.
+	readyIs := func(name string, ready bool) {
 		t.Helper()
+		want := corev1.ConditionFalse
+		if ready {
+			want = corev1.ConditionTrue
+		}
+		var last *corev1.Pod
 		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			p, err := admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 			if err != nil || p.Status.Phase != corev1.PodRunning {
 				return false, nil
 			}
+			last = p
 			if p.Status.Reason != SimulatedPodReason || !strings.Contains(p.Status.Message, "no container runs") {
 				return false, fmt.Errorf("pod %s reported Running by a simulated node with reason %q, message %q: it does not say it is simulated", name, p.Status.Reason, p.Status.Message)
 			}
 			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				if c.Type == corev1.PodReady && c.Status == want {
 					return true, nil
 				}
 			}
 			return false, nil
 		})
 		if err != nil {
-			t.Fatalf("pod %s never reported Running and Ready: %v", name, err)
+			t.Fatalf("pod %s never reported Running with Ready %s: %v; last status %+v", name, want, err, last)
 		}
 	}
+	running := func(name string) { t.Helper(); readyIs(name, true) }
 	newPod("web-1")
 	running("web-1")
 
@@ -301,5 +326,21 @@ func TestPods(t *testing.T) {
 	_, done, cancel = start(t, "pods1", "agent", "")
 	stopped = false
 	running("web-3")
+	running("web-2")
+
+	// Fault pods-not-ready (a release that breaks the workloads, not k3s): the pods it finds,
+	// and a new one, are Running but not Ready; the same node without the fault (its release
+	// before) reports them Ready again.
+	cancel()
+	<-done
+	_, done, cancel = start(t, "pods1", "agent", "pods-not-ready")
+	newPod("web-4")
+	readyIs("web-4", false)
+	readyIs("web-2", false)
+	readyIs("web-3", false)
+	cancel()
+	<-done
+	_, done, cancel = start(t, "pods1", "agent", "")
+	running("web-4")
 	running("web-2")
 }

@@ -46,6 +46,9 @@ type Options struct {
 	// ControllerManagerArgs are further kube-controller-manager flags, e.g.
 	// --node-monitor-grace-period for Nodes that go NotReady sooner.
 	ControllerManagerArgs []string
+	// Scheduler also starts kube-scheduler, for pods a controller makes (a DaemonSet's,
+	// a Deployment's) rather than a test binding them itself.
+	Scheduler bool
 	// ServerCA and ClientCA, when set, are used instead of fresh ones: the API server's
 	// serving certificate is signed by ServerCA and client certificates by ClientCA (as
 	// with a cluster identity made by liken layer).
@@ -165,6 +168,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 
 	if opts.ControllerManager {
 		if err := e.startControllerManager(opts.Controllers, opts.ControllerManagerArgs); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Scheduler {
+		if err := e.startScheduler(); err != nil {
 			return nil, err
 		}
 	}
@@ -327,6 +335,17 @@ func (e *Env) startControllerManager(controllers string, more []string) error {
 		args = append(args, "--controllers="+controllers)
 	}
 	return e.spawn("kube-controller-manager", append(args, more...)...)
+}
+
+func (e *Env) startScheduler() error {
+	return e.spawn("kube-scheduler",
+		"--kubeconfig="+e.AdminKubeconfig,
+		"--authentication-kubeconfig="+e.AdminKubeconfig,
+		"--authorization-kubeconfig="+e.AdminKubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", pickPort()),
+		"--leader-elect=false",
+		"--cert-dir="+e.path("scheduler-certs"))
 }
 
 // spawn starts one of the upstream binaries with its output in logs/<name>.log.

@@ -276,17 +276,21 @@ func (j *joined) podOn(t *testing.T, node, name string, grace int64) {
 // its pod evicted, it reboots, passes the health gate, is uncordoned and gives its turn
 // back, with nothing left pending. Then under Auto with maxUnavailable 1, a change to both:
 // they reboot one after the other (the coordinator's own machine last), never both at once,
-// as the recorded Node conditions and turns show. Last, release B with a gate that fails
-// (gatedRelease): the first machine falls back and the rollout halts before the second.
+// as the recorded Node conditions and turns show. Last, release B, which breaks a workload
+// that its gate watches (gatedRelease): the first machine falls back and the rollout halts
+// before the second.
 func TestTwoMachinesTakeTurns(t *testing.T) {
 	vmTest(t)
-	j := joinMachines(t, apiserver.Options{ControllerManager: true,
-		Controllers:           "node-lifecycle-controller,serviceaccount-controller",
+	j := joinMachines(t, apiserver.Options{ControllerManager: true, Scheduler: true,
+		Controllers:           "node-lifecycle-controller,serviceaccount-controller,daemonset-controller",
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s", "--node-monitor-period=2s"},
-	}, 512, []string{vmMachine, vmAgent}, "liken.test.k3s-fault=slow-start=25s", releaseB)
+	}, 512, []string{vmMachine, vmAgent}, "liken.test.k3s-fault=slow-start=25s liken.test.k3s-fault-release="+releaseB+":pods-not-ready", releaseB)
 	// slow-start: k3s starts 25 s into each boot, so a rebooting machine's kubelet is silent
 	// longer than the 20 s grace whatever the emulation's speed, and its Node goes NotReady:
 	// the health-gate check below needs that NotReady, on a fast host too.
+	// k3s-fault-release: release B, and only B, breaks the workloads and not k3s (its pods
+	// run but are never Ready): gatedRelease. The scheduler and the DaemonSet controller
+	// place gatedRelease's workload.
 	// Two machines on two host cores: one vCPU each.
 	one := Speed{CPUs: 1, Icount: DefaultSpeed().Icount}
 	vms := map[string]*VM{
@@ -408,28 +412,53 @@ func TestTwoMachinesTakeTurns(t *testing.T) {
 	gatedRelease(t, j, vms, rec)
 }
 
-// gatedRelease: release B, whose trial boots but whose gate fails, rolled out under Auto to
-// the two machines of TestTwoMachinesTakeTurns, vm-2 first (a canary). vm-2 is drained and
-// boots B's trial, which is healthy by its own account; its gate (a Deployment that must be
-// Available) does not pass within its timeout, so with commitAfterGates (the default) the
-// trial ends and vm-2 falls back to slot A, and with maxFailures 1 (the default) the
-// coordinator halts the rollout: vm-1 stays on A, never cordoned, drained or given a turn.
-// Here the gate's Deployment cannot become Available at all (this tier's API server runs
-// no deployment controller, and its Nodes are simulated): it stands for a workload that
-// release B broke, which fails the gate the same way; the lab's fleet upgrade passes such
-// gates with real pods.
+// gatedRelease: release B, which breaks a workload and not k3s, rolled out under Auto to
+// the two machines of TestTwoMachinesTakeTurns, vm-2 first (a canary), with a gate on that
+// workload. The workload, a DaemonSet, is Available on release A on both machines. vm-2 is
+// drained and boots B's trial, which is healthy by its own account (k3s, its Node Ready);
+// but on B its pod never becomes Ready (the test switch liken.test.k3s-fault-release, set
+// for B only: the stand-in's pods-not-ready, a kernel regression in a driver as a simulated
+// node can show it), so its gate does not pass within its timeout, with commitAfterGates
+// (the default) the trial ends and vm-2 falls back to slot A, where its pod is Ready again;
+// and with maxFailures 1 (the default) the coordinator halts the rollout: vm-1 stays on A,
+// never cordoned, drained or given a turn.
 func gatedRelease(t *testing.T, j *joined, vms map[string]*VM, rec *fleetRecord) {
 	t.Helper()
 	ctx := t.Context()
-	one := int32(1)
 	labels := map[string]string{"app": "gated"}
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gated", Namespace: "default", Labels: labels},
-		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+	no := false
+	d := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "gated", Namespace: "default", Labels: labels},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/app"}}}}}}
-	if _, err := j.admin.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+				Spec: corev1.PodSpec{AutomountServiceAccountToken: &no, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/app"}}}}}}
+	if _, err := j.admin.AppsV1().DaemonSets("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// available is whether the DaemonSet has a Ready pod on each of the two machines.
+	available := func(ctx context.Context) error {
+		d, err := j.admin.AppsV1().DaemonSets("default").Get(ctx, "gated", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s := d.Status; s.DesiredNumberScheduled != 2 || s.NumberAvailable != 2 {
+			return fmt.Errorf("DaemonSet gated: %d of %d pods available, %d desired", s.NumberAvailable, s.DesiredNumberScheduled, 2)
+		}
+		return nil
+	}
+	var last error
+	availableWithin := func(what string, bound time.Duration) {
+		t.Helper()
+		if err := waitUntil(t, what, 2*time.Second, bound, func(ctx context.Context) (bool, error) {
+			last = available(ctx)
+			return last == nil, nil
+		}); err != nil {
+			t.Fatalf("%s: %v (last: %v)", what, err, last)
+		}
+	}
+	// Bound: the DaemonSet controller, the scheduler and the stand-ins' 2 s turns; a minute
+	// is plenty on the host, the rest for the machines' busy API clients.
+	availableWithin("the gated DaemonSet Available on release A on both machines", 3*time.Minute)
 	j.editNamed(t, "vm-2", func(m *v1alpha1.Machine) {
 		if m.Labels == nil {
 			m.Labels = map[string]string{}
@@ -457,6 +486,15 @@ func gatedRelease(t *testing.T, j *joined, vms map[string]*VM, rec *fleetRecord)
 		return running(m, "A", releaseA) && failedB && c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonGateFailed && kube.NodeReady(n)
 	})
 	back := time.Now()
+	// B, and only B, broke the workload: vm-2's trial of B said so, vm-1 (on A) never did,
+	// and back on A vm-2's pod is Ready again.
+	if c := strings.Count(vms["vm-2"].Console()[marks["vm-2"]:], "k3s-standin: fault pods-not-ready"); c != 1 {
+		t.Errorf("vm-2's console shows release B's fault pods-not-ready %d times since B's rollout began; want once, in its trial of B", c)
+	}
+	if strings.Contains(vms["vm-1"].Console(), "fault pods-not-ready") {
+		t.Errorf("vm-1, which never booted B, shows B's fault pods-not-ready")
+	}
+	availableWithin("the gated DaemonSet Available again, vm-2 back on release A", 3*time.Minute)
 	failedAt := rec.at(rec.gateFailed, "vm-2")
 	if failedAt.IsZero() || failedAt.Before(start) {
 		t.Fatalf("vm-2 is back on A, but its turn was never seen failing its gates (last at %v)", failedAt)
@@ -498,6 +536,6 @@ func gatedRelease(t *testing.T, j *joined, vms map[string]*VM, rec *fleetRecord)
 	if ev := j.eventsOf(t, "vm-2"); ev[v1alpha1.ReasonGateFailed] == 0 {
 		t.Errorf("no %s Event for vm-2: %v", v1alpha1.ReasonGateFailed, ev)
 	}
-	report.Line("a release whose gate fails, under Auto with maxFailures 1 (two machines in QEMU, TCG): the canary vm-2 failed its gate (timeout %s) and was back on slot A %s later, %s after the version changed; the rollout halted with 1 machine touched, vm-1 never drained (watched 45 s after)",
+	report.Line("a release that breaks a workload (its DaemonSet's pod never Ready on B), under Auto with maxFailures 1 (two machines in QEMU, TCG): the canary vm-2 failed its gate (timeout %s) and was back on slot A %s later, %s after the version changed; the rollout halted with 1 machine touched, vm-1 never drained (watched 45 s after)",
 		gateTimeout, back.Sub(failedAt).Round(time.Second), back.Sub(start).Round(time.Second))
 }
