@@ -16,8 +16,8 @@
 //     with runc and the CNI plugins, the kubelet, kube-proxy and flannel's vxlan network, with
 //     k3s's files, paths and arguments (node.go); pods really run;
 //   - a simulated node, for tests whose API server is not the stand-in's own: it registers
-//     its Node, keeps it Ready with a Lease heartbeat, answers the kubelet's readiness check,
-//     and plays the kubelet's part in a pod's life that drains need (pods bound to it are
+//     its Node with a kubelet's capacity, keeps it Ready with a Lease heartbeat, answers the
+//     kubelet's readiness check, and plays the kubelet's part in a pod's life that drains need (pods bound to it are
 //     reported Running and Ready though no container runs; a pod being deleted goes once its
 //     grace period has passed).
 //
