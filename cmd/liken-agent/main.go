@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.dev/liken/api/v1alpha1"
@@ -31,6 +32,7 @@ import (
 	"liken.dev/liken/internal/host/network"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/initramfs"
+	"liken.dev/liken/internal/metrics"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
@@ -59,7 +61,8 @@ func run() error {
 		stateDir   = flag.String("state-dir", "/var/lib/liken", "where the agent remembers what it applied")
 		socket     = flag.String("init-socket", supervisor.DefaultSocket, "init's supervisor socket")
 		join       = flag.String("join", "", "server URL to render for joining (empty on the first server)")
-		metrics    = flag.String("metrics-addr", "127.0.0.1:9469", "local address for Prometheus metrics (empty: off)")
+		localMets  = flag.String("metrics-addr", "127.0.0.1:9469", "local address for Prometheus metrics, plain HTTP (empty: off)")
+		secure     = flag.String("secure-metrics-addr", "", "address for Prometheus metrics over TLS, each scrape authenticated and authorized by the API server (such as :9470; empty: off; init passes it on a liken machine)")
 		sysRoot    = flag.String("sysctl-root", sysctl.Default.Root, "the /proc/sys tree")
 		sysfs      = flag.String("sysfs", hardware.Default.Sys, "sysfs root for the hardware inventory")
 		procfs     = flag.String("procfs", hardware.Default.Proc, "procfs root for the hardware inventory")
@@ -103,8 +106,8 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *metrics != "" {
-		l, err := net.Listen("tcp", *metrics)
+	if *localMets != "" {
+		l, err := net.Listen("tcp", *localMets)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
@@ -112,6 +115,20 @@ func run() error {
 		go srv.Serve(l)
 		defer srv.Close()
 		log.Info("metrics", "addr", l.Addr().String())
+	}
+	if *secure != "" {
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("secure metrics: %w", err)
+		}
+		srv, err := metrics.Start(metrics.Options{Addr: *secure, Gatherer: m.Registry, Kube: kc, Name: *machine, IPs: hostIPs(), Log: log})
+		if err != nil {
+			// The metrics are not worth the machine: said, and the agent goes on.
+			log.Error("secure metrics endpoint not started", "err", err)
+		} else {
+			defer srv.Close(context.Background())
+			log.Info("secure metrics", "addr", srv.Addr().String(), "path", metrics.Path)
+		}
 	}
 	if *bootKC != "" {
 		bcfg, err := clientcmd.BuildConfigFromFlags("", *bootKC)
@@ -152,6 +169,18 @@ func slotPartition(slot string) (release.PartitionTarget, error) {
 }
 
 // coordinatorConfig is the reboot coordinator's configuration on a server, nil elsewhere.
+// hostIPs are the machine's unicast addresses, for the metrics' serving certificate.
+func hostIPs() []net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	var ips []net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
+}
+
 func coordinatorConfig(on bool) *coordinator.Config {
 	if !on {
 		return nil

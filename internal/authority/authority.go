@@ -64,6 +64,11 @@ func MachineRBAC(machine string) (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBindin
 			{APIGroups: []string{g}, Resources: []string{"machines/status"}, ResourceNames: []string{machine}, Verbs: []string{"get", "update", "patch"}},
 			// Its own Node: labels, taints, cordon.
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: []string{machine}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			// Its metrics endpoint asks the API server who a scraper is and whether it may
+			// read them, as a kubelet does (internal/metrics): the rights of
+			// system:auth-delegator.
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		},
 	}
 	binding := &rbacv1.ClusterRoleBinding{

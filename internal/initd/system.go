@@ -465,7 +465,10 @@ func (s *system) run() error {
 		Env:    k3sEnv(s.cmd, s.machine.Spec.Role, s.version),
 		Stdout: console, Stderr: console}, nil)
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
-		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery.String()}
+		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery.String(),
+		// The metrics, to the cluster's scrapers through the API server's authentication and
+		// authorization (docs/metrics.md).
+		"--secure-metrics-addr", fmt.Sprintf(":%d", SecureMetricsPort)}
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
 		// Servers take part in the election, and make the Cluster and Machines from the
 		// layer where they are absent.
@@ -560,6 +563,10 @@ func (s *system) run() error {
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
 	return unix.Reboot(action)
 }
+
+// SecureMetricsPort is where liken-agent serves its metrics to the cluster (TLS, a bearer
+// token the API server accepts, RBAC get on /metrics).
+const SecureMetricsPort = 9470
 
 // k3sEnv is k3s's environment for a boot of release version; never INVOCATION_ID, which
 // would make k3s pick the systemd cgroup driver.
