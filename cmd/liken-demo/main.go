@@ -6,12 +6,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -24,6 +26,9 @@ import (
 // one machine's pod stopping before the other's new pod was routed to. DEMO_DRAIN
 // (a Go duration) overrides it.
 const drainDelay = 15 * time.Second
+
+// serviceAccountToken is where Kubernetes mounts a pod's ServiceAccount token.
+const serviceAccountToken = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 func main() {
 	addr := ":8080"
@@ -88,16 +93,36 @@ func handler(getenv func(string) string) http.Handler {
 			fmt.Fprintln(w, a)
 		}
 	})
-	// /get?url=URL: what another pod or Service answers, fetched from this pod.
+	// /get?url=URL: what another pod or Service answers, fetched from this pod. With
+	// token=serviceaccount, the request carries the pod's ServiceAccount token, as a
+	// Prometheus in the cluster scrapes with its own; with insecure=1, an HTTPS server's
+	// certificate is not verified, as Prometheus's insecure_skip_verify for kubelets.
 	mux.HandleFunc("GET /get", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.URL.Query().Get("url"), nil)
+		q := r.URL.Query()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, q.Get("url"), nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		resp, err := http.DefaultClient.Do(req)
+		if q.Get("token") == "serviceaccount" {
+			path := getenv("DEMO_TOKEN_FILE")
+			if path == "" {
+				path = serviceAccountToken
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				http.Error(w, "the pod's ServiceAccount token: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+		}
+		client := http.DefaultClient
+		if q.Get("insecure") == "1" {
+			client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

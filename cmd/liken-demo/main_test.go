@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +42,45 @@ func TestDemoAnswers(t *testing.T) {
 	} {
 		if code, body := get(tc.path); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("GET %s: %d %q, want %d with %q", tc.path, code, body, tc.code, tc.want)
+		}
+	}
+}
+
+// TestDemoFetchesWithItsToken: /get with token=serviceaccount sends the pod's token as a
+// bearer token, and with insecure=1 fetches from an HTTPS server whose certificate it
+// cannot verify; without insecure=1 it refuses that server.
+func TestDemoFetchesWithItsToken(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scraped := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer pod-token" {
+			http.Error(w, "Unauthorized: got "+r.Header.Get("Authorization"), http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, "liken_agent_status_writes_total 7\n")
+	}))
+	defer scraped.Close()
+	env := map[string]string{"DEMO_TOKEN_FILE": tokenFile}
+	srv := httptest.NewServer(handler(func(k string) string { return env[k] }))
+	defer srv.Close()
+	for _, tc := range []struct {
+		query, want string
+		code        int
+	}{
+		{"&token=serviceaccount&insecure=1", "liken_agent_status_writes_total 7", 200},
+		{"&insecure=1", "Unauthorized: got \n", 401},
+		{"&token=serviceaccount", "certificate", 502},
+	} {
+		resp, err := http.Get(srv.URL + "/get?url=" + url.QueryEscape(scraped.URL+"/metrics") + tc.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.want) {
+			t.Errorf("/get%s: %d %q; want %d with %q", tc.query, resp.StatusCode, b, tc.code, tc.want)
 		}
 	}
 }

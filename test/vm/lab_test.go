@@ -193,6 +193,11 @@ func TestLabUpAndDown(t *testing.T) {
 	dnsStart := time.Now()
 	demoReachesTheCluster(t, admin, demoPorts, webBefore)
 	dnsTook := time.Since(dnsStart)
+	// The agents' metrics, scraped from inside the cluster through the API server's
+	// authentication and authorization (issue 30).
+	metricsStart := time.Now()
+	metricsThroughTheCluster(t, admin, demoPorts)
+	t.Logf("liken-ledger: the metrics scraped through the cluster in %s", time.Since(metricsStart).Round(time.Second))
 	if chlog, _ := os.ReadFile(filepath.Join(dir, "channel.log")); !strings.Contains(string(chlog), " /v2/liken-demo/manifests/1\n") {
 		t.Errorf("the lab's registry did not serve the demo's image to the machines:\n%s", chlog)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -499,4 +502,62 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// metricsThroughTheCluster scrapes each machine's agent metrics (port 9470, TLS, the
+// API server deciding who may) from the demo's pod on the other machine, with the pod's
+// ServiceAccount token, as a Prometheus in the cluster does: refused while RBAC does not let
+// that ServiceAccount get /metrics, served once a ClusterRoleBinding does (docs/metrics.md);
+// a server's answer holds the coordinator's metrics too.
+func metricsThroughTheCluster(t *testing.T, client kubernetes.Interface, ports map[string]int) {
+	t.Helper()
+	ips := map[string]string{}
+	eventually(t, "reading the Nodes' addresses", func(ctx context.Context) error {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes.Items {
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP {
+					ips[n.Name] = a.Address
+				}
+			}
+		}
+		return nil
+	})
+	scrape := func(from, of, want string) {
+		t.Helper()
+		target := "https://" + net.JoinHostPort(ips[of], "9470") + "/metrics"
+		path := "/get?url=" + url.QueryEscape(target) + "&token=serviceaccount&insecure=1"
+		var a string
+		var last error
+		if err := waitUntil(t, "the pod on "+from+" scraping "+target+" for "+want, 2*time.Second, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			a, last = lab.DemoAnswer(ctx, ports[from], path)
+			return strings.Contains(a, want) || (last != nil && strings.Contains(last.Error(), want)), nil
+		}); err != nil {
+			t.Errorf("the pod on %s scraping %s's metrics: %v; last answer %.300q, error %v; want %q", from, of, err, a, last, want)
+		}
+	}
+	// Refused: the pods' ServiceAccount (default/default) may not get /metrics.
+	scrape("lab-server-1", "lab-agent-1", "403 Forbidden: Forbidden: system:serviceaccount:default:default may not get /metrics")
+	eventually(t, "letting default/default read the metrics", func(ctx context.Context) error {
+		_, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "liken-metrics-reader"},
+			Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "demo-liken-metrics"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "liken-metrics-reader"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: "default"}}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+	// Served, once the refusal's 30 s in the agent's cache has passed.
+	scrape("lab-server-1", "lab-agent-1", "liken_agent_status_writes_total")
+	scrape("lab-agent-1", "lab-server-1", "liken_coordinator_leader")
 }
