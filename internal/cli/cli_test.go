@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
@@ -467,6 +469,85 @@ func TestStatus(t *testing.T) {
 	if code, _, errOut := run(t, "status", "nosuch", "--kubeconfig", kc); code != exitFailed || !strings.Contains(errOut, `no Machine "nosuch"`) {
 		t.Errorf("status of an unknown machine: exit %d, %s", code, errOut)
 	}
+
+	// The output options kubectl users reach for first (st1 named: the package's other
+	// tests make Machines of their own).
+	if code, out, _ := run(t, "status", "st1", "--kubeconfig", kc, "-o", "name"); code != exitOK || out != "machine."+v1alpha1.GroupVersion.Group+"/st1\n" {
+		t.Errorf("status -o name: exit %d %q", code, out)
+	}
+	if code, out, _ := run(t, "status", "st1", "--kubeconfig", kc, "--no-headers"); code != exitOK || strings.Contains(out, "cluster:") || strings.Contains(out, "MACHINE") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(out), " "), "st1 server 2026.08.01-001") {
+		t.Errorf("status --no-headers: exit %d\n%s", code, out)
+	}
+	m, err = lc.Machine(t.Context(), "st1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	booted := metav1.NewTime(time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC))
+	m.Status.Release.Digest, m.Status.Release.BootTime = "sha256:"+strings.Repeat("ab", 32), &booted
+	m.Status.Hardware = &v1alpha1.Hardware{System: v1alpha1.SystemInfo{Vendor: "QEMU", Product: "Standard PC"}}
+	m.Status.Network = &v1alpha1.NetworkStatus{Links: []v1alpha1.LinkInfo{{Name: "eth0", Kind: "port", Addresses: []string{"10.0.2.15/24"}}}}
+	if _, err := lc.UpdateMachineStatus(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, "status", "st1", "--kubeconfig", kc, "-o", "wide")
+	if fields := strings.Join(strings.Fields(out), " "); code != exitOK || !strings.Contains(fields, "READY ADDRESS DIGEST BOOTED HARDWARE WHY") ||
+		!strings.Contains(fields, "True 10.0.2.15 sha256:abababababab 2026-12-06T08:00:00Z QEMU Standard PC cluster.spec.version") {
+		t.Errorf("status -o wide: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := run(t, "status", "--kubeconfig", kc, "-o", "tree"); code != exitUsage || !strings.Contains(errOut, "give json, yaml, wide or name") {
+		t.Errorf("status -o tree: exit %d %s", code, errOut)
+	}
+
+	// -w: the view, then the view again when a Machine changes, until interrupted.
+	ctx, cancel := context.WithCancel(t.Context())
+	var wout, werr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- execute(ctx, newRoot(&wout, &werr), []string{"status", "st1", "-w", "--kubeconfig", kc}, &werr)
+	}()
+	waitFor := func(what string, ok func(string) bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return ok(wout.String()), nil }); err != nil {
+			t.Fatalf("status -w: %s did not come: %q %q", what, wout.String(), werr.String())
+		}
+	}
+	waitFor("the first view", func(s string) bool { return strings.Contains(s, "WaitingForApproval") })
+	m, _ = lc.Machine(t.Context(), "st1")
+	m.Status.Reboot = v1alpha1.RebootStatus{State: v1alpha1.RebootDraining, Message: "draining: 1 pod to go"}
+	if _, err := lc.UpdateMachineStatus(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the view after the change", func(s string) bool {
+		return strings.Count(s, "cluster: wanted release") == 2 && strings.Contains(s, "draining: 1 pod to go")
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("status -w ended with exit %d: %s", code, werr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("status -w did not end after its interrupt")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestReleaseTurn gives back the turn of a machine that does not come back, against a real

@@ -1,17 +1,21 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/kube"
 )
 
 // fleet is what status prints.
@@ -47,10 +51,23 @@ type machineState struct {
 	Ready   string `json:"ready"`
 	// Why says what the machine waits for, or what is wrong, in its own words.
 	Why string `json:"why,omitempty"`
+	// Address is the node address the Machine reports; Digest its release's; Booted when
+	// this boot began; Hardware the system's vendor and product (-o wide).
+	Address  string `json:"address,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	Booted   string `json:"booted,omitempty"`
+	Hardware string `json:"hardware,omitempty"`
+}
+
+// statusFlags are status's output options beyond -o json|yaml, as kubectl users know them.
+type statusFlags struct {
+	format    string // "", json, yaml, wide, name
+	noHeaders bool
+	watch     bool
 }
 
 func newStatus() *cobra.Command {
-	var o output
+	var sf statusFlags
 	var k kubeFlags
 	cmd := &cobra.Command{
 		Use:   "status [MACHINE...]",
@@ -58,105 +75,234 @@ func newStatus() *cobra.Command {
 		Long: `Prints the Cluster's wanted release and reboot policy, then one row per Machine (or the
 ones named): the release it should run and the one it runs, its slot and upgrade state,
 its pending changes, where it is in a reboot, whether it is Ready, and in its own words
-what it waits for or what is wrong.`,
+what it waits for or what is wrong.
+
+-o wide adds each Machine's node address, release digest, last boot and hardware; -o name
+prints machine.liken.dev/NAME lines; --no-headers leaves out the cluster's lines and the
+table's header; -w prints the whole view again, with its time, each time it changes, until
+interrupted.`,
 		Example: `  liken status
-  liken status worker-7 -o yaml`,
+  liken status worker-7 -o yaml
+  liken status -w
+  liken status -o wide --no-headers`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.check(); err != nil {
-				return err
+			switch sf.format {
+			case "", "json", "yaml", "wide", "name":
+			default:
+				return usageErr("--output %q: give json, yaml, wide or name", sf.format)
 			}
 			lc, _, err := k.liken("")
 			if err != nil {
 				return err
 			}
-			f := fleet{}
-			c, err := lc.Cluster(cmd.Context())
-			if err != nil {
-				return fmt.Errorf("reading the Cluster: %w", err)
+			out := cmd.OutOrStdout()
+			last, err := printView(cmd.Context(), lc, args, sf, out, "")
+			if err != nil || !sf.watch {
+				return err
 			}
-			f.Version, f.Policy = string(c.Spec.Version), string(c.Spec.RebootPolicy)
-			f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
-			if c.Status.Rollout != nil {
-				f.TrialFailures = c.Status.Rollout.Failures
-				f.SoakUntil, f.LastTurnEnded = c.Status.Rollout.SoakUntil, c.Status.Rollout.LastTurnEnded
-			}
-			if f.Policy == "" {
-				f.Policy = string(v1alpha1.RebootManual)
-			}
-			ms, err := lc.Machines(cmd.Context())
-			if err != nil {
-				return fmt.Errorf("listing Machines: %w", err)
-			}
-			want := map[string]bool{}
-			for _, a := range args {
-				want[a] = true
-			}
-			for _, m := range ms {
-				if len(want) > 0 && !want[m.Name] {
-					continue
-				}
-				delete(want, m.Name)
-				f.Machines = append(f.Machines, row(&m))
-			}
-			for name := range want {
-				return fmt.Errorf("no Machine %q", name)
-			}
-			sort.Slice(f.Machines, func(i, j int) bool { return f.Machines[i].Name < f.Machines[j].Name })
-			return o.print(cmd.OutOrStdout(), f, func(w io.Writer) {
-				fmt.Fprintf(w, "cluster: wanted release %s, rebootPolicy %s, %d machines\n", dash(f.Version), f.Policy, len(f.Machines))
-				if f.Coordinator == "" {
-					fmt.Fprintln(w, "coordinator: none has written the Cluster's status (one runs on each server machine)")
-				} else {
-					fmt.Fprintf(w, "coordinator: %s\n", f.Coordinator)
-				}
-				for _, t := range f.Turns {
-					fmt.Fprintf(w, "turn: %s since %s (%s)", t.Machine, t.Since.UTC().Format(time.RFC3339), t.Phase)
-					if t.ReleasedBy != "" {
-						fmt.Fprintf(w, ", given back by %s", t.ReleasedBy)
-					}
-					if g := t.Gates; g != nil {
-						fmt.Fprintf(w, ", gates %s since %s: %s", g.Phase, g.Since.UTC().Format(time.RFC3339), g.Message)
-					}
-					fmt.Fprintln(w)
-				}
-				for _, b := range f.DrainBlocked {
-					fmt.Fprintf(w, "drain blocked: %s (%d times): %s\n", b.Machine, b.Attempts, b.Message)
-				}
-				for _, tf := range f.TrialFailures {
-					accepted := ""
-					if tf.Accepted {
-						accepted = " (accepted by liken rollout resume)"
-					}
-					failed := "trial failed"
-					if tf.Reason == v1alpha1.ReasonGateFailed {
-						failed = "gates failed"
-					}
-					fmt.Fprintf(w, "%s: %s, %s at %s: %s: %s%s\n", failed, tf.Machine, tf.What, tf.At.UTC().Format(time.RFC3339), tf.Reason, tf.Message, accepted)
-				}
-				if f.SoakUntil != nil && f.LastTurnEnded != nil {
-					fmt.Fprintf(w, "soaking: no new turn before %s (spec.rollout.soak), after %s's turn ended well at %s\n",
-						f.SoakUntil.UTC().Format(time.RFC3339), f.LastTurnEnded.Machine, f.LastTurnEnded.At.UTC().Format(time.RFC3339))
-				}
-				for _, c := range f.Conditions {
-					if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) ||
-						(c.Type == v1alpha1.ClusterRolloutPaused && c.Status == metav1.ConditionTrue) {
-						fmt.Fprintf(w, "%s=%s: %s\n", c.Type, c.Status, c.Message)
-					}
-				}
-				fmt.Fprintln(w)
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "MACHINE\tROLE\tWANTED\tRUNNING\tSLOT\tUPGRADE\tPENDING\tREBOOT\tREADY\tWHY")
-				for _, r := range f.Machines {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.Role, dash(r.Wanted), dash(r.Running), dash(r.Slot),
-						dash(r.Upgrade), r.Pending, dash(r.Reboot), r.Ready, r.Why)
-				}
-				tw.Flush()
-			})
+			return watchViews(cmd.Context(), lc, args, sf, out, last)
 		},
 	}
-	o.add(cmd)
+	cmd.Flags().StringVarP(&sf.format, "output", "o", "", "json, yaml, wide (more columns) or name (machine.liken.dev/NAME lines) instead of the table")
+	cmd.Flags().BoolVar(&sf.noHeaders, "no-headers", false, "leave out the cluster's lines and the table's header")
+	cmd.Flags().BoolVarP(&sf.watch, "watch", "w", false, "after the view, print it again each time it changes, until interrupted")
 	k.add(cmd)
 	return cmd
+}
+
+// view reads what status shows: the Cluster and the Machines (those named, or all).
+func view(ctx context.Context, lc *kube.Client, names []string) (fleet, error) {
+	f := fleet{}
+	c, err := lc.Cluster(ctx)
+	if err != nil {
+		return f, fmt.Errorf("reading the Cluster: %w", err)
+	}
+	f.Version, f.Policy = string(c.Spec.Version), string(c.Spec.RebootPolicy)
+	f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
+	if c.Status.Rollout != nil {
+		f.TrialFailures = c.Status.Rollout.Failures
+		f.SoakUntil, f.LastTurnEnded = c.Status.Rollout.SoakUntil, c.Status.Rollout.LastTurnEnded
+	}
+	if f.Policy == "" {
+		f.Policy = string(v1alpha1.RebootManual)
+	}
+	ms, err := lc.Machines(ctx)
+	if err != nil {
+		return f, fmt.Errorf("listing Machines: %w", err)
+	}
+	want := map[string]bool{}
+	for _, a := range names {
+		want[a] = true
+	}
+	for _, m := range ms {
+		if len(want) > 0 && !want[m.Name] {
+			continue
+		}
+		delete(want, m.Name)
+		f.Machines = append(f.Machines, row(&m))
+	}
+	for name := range want {
+		return f, fmt.Errorf("no Machine %q", name)
+	}
+	sort.Slice(f.Machines, func(i, j int) bool { return f.Machines[i].Name < f.Machines[j].Name })
+	return f, nil
+}
+
+// printView reads the view and prints it unless it renders as last; it returns what it
+// rendered. stamp, when set, heads the print (a watch's time).
+func printView(ctx context.Context, lc *kube.Client, names []string, sf statusFlags, w io.Writer, last string) (string, error) {
+	f, err := view(ctx, lc, names)
+	if err != nil {
+		return last, err
+	}
+	var b strings.Builder
+	if err := render(&b, f, sf); err != nil {
+		return last, err
+	}
+	if b.String() == last {
+		return last, nil
+	}
+	if last != "" { // a watch's later view
+		switch sf.format {
+		case "yaml":
+			fmt.Fprintln(w, "---")
+		case "", "wide":
+			fmt.Fprintf(w, "\n%s\n", time.Now().Format(time.TimeOnly))
+		}
+	}
+	_, err = io.WriteString(w, b.String())
+	return b.String(), err
+}
+
+// watchViews prints the view again each time the Cluster or a Machine changes, until ctx
+// ends (an interrupt): informers keep the watches (they list and watch again after an API
+// server's restart), and a burst of changes prints once.
+func watchViews(ctx context.Context, lc *kube.Client, names []string, sf statusFlags, w io.Writer, last string) error {
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() }}
+	for _, inf := range []cache.SharedIndexInformer{
+		cache.NewSharedIndexInformer(lc.MachinesListWatch(), &v1alpha1.Machine{}, 0, cache.Indexers{}),
+		cache.NewSharedIndexInformer(lc.ClusterListWatch(), &v1alpha1.Cluster{}, 0, cache.Indexers{}),
+	} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+		go inf.RunWithContext(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+		select { // let a burst of changes settle
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+		next, err := printView(ctx, lc, names, sf, w, last)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintf(w, "%s: %v (watching on)\n", time.Now().Format(time.TimeOnly), err)
+			continue
+		}
+		last = next
+	}
+}
+
+// render writes f as status shows it.
+func render(w io.Writer, f fleet, sf statusFlags) error {
+	switch sf.format {
+	case "json", "yaml":
+		return (&output{format: sf.format}).print(w, f, nil)
+	case "name":
+		for _, r := range f.Machines {
+			fmt.Fprintf(w, "machine.%s/%s\n", v1alpha1.GroupVersion.Group, r.Name)
+		}
+		return nil
+	}
+	if !sf.noHeaders {
+		summary(w, f)
+	}
+	wide := sf.format == "wide"
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if !sf.noHeaders {
+		h := "MACHINE\tROLE\tWANTED\tRUNNING\tSLOT\tUPGRADE\tPENDING\tREBOOT\tREADY"
+		if wide {
+			h += "\tADDRESS\tDIGEST\tBOOTED\tHARDWARE"
+		}
+		fmt.Fprintln(tw, h+"\tWHY")
+	}
+	for _, r := range f.Machines {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s", r.Name, r.Role, dash(r.Wanted), dash(r.Running), dash(r.Slot),
+			dash(r.Upgrade), r.Pending, dash(r.Reboot), r.Ready)
+		if wide {
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", dash(r.Address), dash(shortDigest(r.Digest)), dash(r.Booted), dash(r.Hardware))
+		}
+		fmt.Fprintf(tw, "\t%s\n", r.Why)
+	}
+	return tw.Flush()
+}
+
+// summary is the cluster's lines above the table.
+func summary(w io.Writer, f fleet) {
+	fmt.Fprintf(w, "cluster: wanted release %s, rebootPolicy %s, %d machines\n", dash(f.Version), f.Policy, len(f.Machines))
+	if f.Coordinator == "" {
+		fmt.Fprintln(w, "coordinator: none has written the Cluster's status (one runs on each server machine)")
+	} else {
+		fmt.Fprintf(w, "coordinator: %s\n", f.Coordinator)
+	}
+	for _, t := range f.Turns {
+		fmt.Fprintf(w, "turn: %s since %s (%s)", t.Machine, t.Since.UTC().Format(time.RFC3339), t.Phase)
+		if t.ReleasedBy != "" {
+			fmt.Fprintf(w, ", given back by %s", t.ReleasedBy)
+		}
+		if g := t.Gates; g != nil {
+			fmt.Fprintf(w, ", gates %s since %s: %s", g.Phase, g.Since.UTC().Format(time.RFC3339), g.Message)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, b := range f.DrainBlocked {
+		fmt.Fprintf(w, "drain blocked: %s (%d times): %s\n", b.Machine, b.Attempts, b.Message)
+	}
+	for _, tf := range f.TrialFailures {
+		accepted := ""
+		if tf.Accepted {
+			accepted = " (accepted by liken rollout resume)"
+		}
+		failed := "trial failed"
+		if tf.Reason == v1alpha1.ReasonGateFailed {
+			failed = "gates failed"
+		}
+		fmt.Fprintf(w, "%s: %s, %s at %s: %s: %s%s\n", failed, tf.Machine, tf.What, tf.At.UTC().Format(time.RFC3339), tf.Reason, tf.Message, accepted)
+	}
+	if f.SoakUntil != nil && f.LastTurnEnded != nil {
+		fmt.Fprintf(w, "soaking: no new turn before %s (spec.rollout.soak), after %s's turn ended well at %s\n",
+			f.SoakUntil.UTC().Format(time.RFC3339), f.LastTurnEnded.Machine, f.LastTurnEnded.At.UTC().Format(time.RFC3339))
+	}
+	for _, c := range f.Conditions {
+		if (c.Type == v1alpha1.ClusterDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ClusterAvailable && c.Status == metav1.ConditionFalse) ||
+			(c.Type == v1alpha1.ClusterRolloutPaused && c.Status == metav1.ConditionTrue) {
+			fmt.Fprintf(w, "%s=%s: %s\n", c.Type, c.Status, c.Message)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// shortDigest is a digest's algorithm and first 12 hex digits, as image IDs are shown.
+func shortDigest(d string) string {
+	if alg, hex, ok := strings.Cut(d, ":"); ok && len(hex) > 12 {
+		return alg + ":" + hex[:12]
+	}
+	return d
 }
 
 func row(m *v1alpha1.Machine) machineState {
@@ -164,7 +310,25 @@ func row(m *v1alpha1.Machine) machineState {
 	r := machineState{Name: m.Name, Role: string(m.Spec.Role), Wanted: s.Upgrade.WantedVersion, Upgrade: string(s.Upgrade.State),
 		Pending: s.PendingCount, Reboot: string(s.Reboot.State), Ready: "Unknown"}
 	if s.Release != nil {
-		r.Running, r.Slot = s.Release.Version, string(s.Release.Slot)
+		r.Running, r.Slot, r.Digest = s.Release.Version, string(s.Release.Slot), s.Release.Digest
+		if s.Release.BootTime != nil {
+			r.Booted = s.Release.BootTime.UTC().Format(time.RFC3339)
+		}
+	}
+	if h := s.Hardware; h != nil {
+		r.Hardware = strings.TrimSpace(h.System.Vendor + " " + h.System.Product)
+	}
+	// The node's address: the one k3s is given (spec.network.nodeIP), else the first
+	// address the machine reports on a link.
+	if m.Spec.Network != nil && m.Spec.Network.NodeIP != "" {
+		r.Address = m.Spec.Network.NodeIP
+	} else if s.Network != nil {
+		for _, l := range s.Network.Links {
+			if len(l.Addresses) > 0 {
+				r.Address, _, _ = strings.Cut(l.Addresses[0], "/")
+				break
+			}
+		}
 	}
 	ready := meta.FindStatusCondition(s.Conditions, v1alpha1.MachineReady)
 	if ready != nil {
