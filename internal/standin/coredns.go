@@ -31,16 +31,24 @@ func coreDNSManifest(clusterDNS, clusterDomain, image string) ([]byte, error) {
 
 // nodeHostsLoop keeps kube-system/coredns's NodeHosts key, which CoreDNS's hosts plugin reads,
 // listing each Node's internal addresses and name, as k3s's node controller does
-// (pkg/node/controller.go): "<ip> <node>" lines, sorted.
+// (pkg/node/controller.go): "<ip> <node>" lines, sorted. It writes them when a Node
+// changes (a watch, as k3s's controller is driven), and looks again after `every` while the
+// ConfigMap is not there yet (the deployer makes it) or a write failed; each minute besides.
 func nodeHostsLoop(ctx context.Context, client kubernetes.Interface, log io.Writer, every time.Duration) {
+	changed := changes(ctx, client.CoreV1().RESTClient(), "nodes", "", &corev1.Node{})
 	for {
-		if err := writeNodeHosts(ctx, client); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
-			fmt.Fprintf(log, "k3s-standin: NodeHosts: %v\n", err)
+		next := time.Minute
+		if err := writeNodeHosts(ctx, client); err != nil && ctx.Err() == nil {
+			next = every
+			if !apierrors.IsNotFound(err) {
+				fmt.Fprintf(log, "k3s-standin: NodeHosts: %v\n", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-changed:
+		case <-time.After(next):
 		}
 	}
 }

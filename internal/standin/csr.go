@@ -32,24 +32,36 @@ type servingApprover struct {
 	log    io.Writer
 }
 
+// run approves what it should when a request comes or changes (a watch), and again every
+// `every` while a request waits for its Node to report what it names; idle otherwise, but
+// for a look each minute.
 func (a *servingApprover) run(ctx context.Context, every time.Duration) {
+	changed := changes(ctx, a.client.CertificatesV1().RESTClient(), "certificatesigningrequests",
+		"spec.signerName="+certificatesv1.KubeletServingSignerName, &certificatesv1.CertificateSigningRequest{})
 	for {
-		if err := a.once(ctx); err != nil && ctx.Err() == nil {
+		waiting, err := a.once(ctx)
+		if err != nil && ctx.Err() == nil {
 			fmt.Fprintf(a.log, "k3s-standin: kubelet serving certificates: %v\n", err)
+		}
+		next := time.Minute
+		if waiting || err != nil {
+			next = every
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-changed:
+		case <-time.After(next):
 		}
 	}
 }
 
-func (a *servingApprover) once(ctx context.Context) error {
+// once approves or refuses each open request; waiting says whether one waits for its Node.
+func (a *servingApprover) once(ctx context.Context) (waiting bool, err error) {
 	csrs, err := a.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
 		FieldSelector: "spec.signerName=" + certificatesv1.KubeletServingSignerName})
 	if err != nil {
-		return err
+		return false, err
 	}
 	for i := range csrs.Items {
 		csr := &csrs.Items[i]
@@ -58,7 +70,8 @@ func (a *servingApprover) once(ctx context.Context) error {
 		}
 		node, err := a.check(ctx, csr)
 		if errors.Is(err, errNotYet) {
-			continue // its Node has not reported it yet: look again next time
+			waiting = true // its Node has not reported it yet: look again soon
+			continue
 		}
 		if err != nil {
 			fmt.Fprintf(a.log, "k3s-standin: left %s for an operator: %v\n", csr.Name, err)
@@ -67,7 +80,7 @@ func (a *servingApprover) once(ctx context.Context) error {
 				Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: "StandInRefused",
 				Message: "the k3s stand-in approves a node's request for its own serving certificate only: " + err.Error()})
 			if _, err := a.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
-				return err
+				return waiting, err
 			}
 			continue
 		}
@@ -75,11 +88,11 @@ func (a *servingApprover) once(ctx context.Context) error {
 			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "StandInApproved",
 			Message: "the k3s stand-in approved node " + node + "'s serving certificate, as k3s's supervisor signs one for each node"})
 		if _, err := a.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
-			return err
+			return waiting, err
 		}
 		fmt.Fprintf(a.log, "k3s-standin: approved %s, node %s's serving certificate\n", csr.Name, node)
 	}
-	return nil
+	return waiting, nil
 }
 
 // errNotYet is a request that may be approved once its Node reports what it names.
