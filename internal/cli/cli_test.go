@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/coordinator"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/syncbuf"
 	"liken.dev/liken/test/apiserver"
 )
 
@@ -501,7 +501,7 @@ func TestStatus(t *testing.T) {
 
 	// -w: the view, then the view again when a Machine changes, until interrupted.
 	ctx, cancel := context.WithCancel(t.Context())
-	var wout, werr syncBuffer
+	var wout, werr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- execute(ctx, newRoot(&wout, &werr), []string{"status", "st1", "-w", "--kubeconfig", kc}, &werr)
@@ -530,24 +530,6 @@ func TestStatus(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("status -w did not end after its interrupt")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestReleaseTurn gives back the turn of a machine that does not come back, against a real
