@@ -28,9 +28,10 @@ beside bench make --no-print-directory bench
 # tests, the race run and vet are done: this file says so (test/vm afterOthers).
 export LIKEN_VM_AFTER="$side/others.done"
 # The packages with init's and the agent's concurrent paths (init's one ESP owner, the
-# supervisor, the agent's reconcile, slot job and last words) run under the race detector
+# supervisor, the agent's reconcile, slot job and last words, its metrics endpoint's review
+# cache, the log writer) run under the race detector
 # instead of in the main run: beside it, with their results joining the ledger's stream.
-race=(./internal/initd ./internal/supervisor ./internal/agent)
+race=(./internal/initd ./internal/supervisor ./internal/agent ./internal/metrics ./internal/logfile)
 (
 	$GO test -race -count=1 -timeout 30m -json "${race[@]}" >"$side/race.json" 2>"$side/race.err"
 	echo $? >"$side/race.rc"
@@ -47,7 +48,7 @@ if [ "$left" -lt 600 ]; then
 	left=600
 fi
 echo "the tests' bound: ${left}s (what is left of LIKEN_TEST_BUDGET=${budget}s since make started)"
-rest=$($GO list ./... | grep -v -x -e liken.dev/liken/test/vm -e liken.dev/liken/internal/initd -e liken.dev/liken/internal/supervisor -e liken.dev/liken/internal/agent)
+rest=$($GO list ./... | grep -v -x -e liken.dev/liken/test/vm -e liken.dev/liken/internal/initd -e liken.dev/liken/internal/supervisor -e liken.dev/liken/internal/agent -e liken.dev/liken/internal/metrics -e liken.dev/liken/internal/logfile)
 # The other packages run in a go test of their own, beside the VM tier's, into a file that
 # joins the ledger's stream after the VM tier's (two writers on one pipe could interleave
 # long lines).
