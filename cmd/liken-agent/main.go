@@ -121,7 +121,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("secure metrics: %w", err)
 		}
-		srv, err := metrics.Start(metrics.Options{Addr: *secure, Gatherer: m.Registry, Kube: kc, Name: *machine, IPs: hostIPs(), Log: log})
+		srv, err := metrics.Start(metrics.Options{Addr: *secure, Gatherer: m.Registry, Kube: kc, Name: *machine, IPs: hardware.Addresses(), Log: log})
 		if err != nil {
 			// The metrics are not worth the machine: said, and the agent goes on.
 			log.Error("secure metrics endpoint not started", "err", err)
@@ -169,18 +169,6 @@ func slotPartition(slot string) (release.PartitionTarget, error) {
 }
 
 // coordinatorConfig is the reboot coordinator's configuration on a server, nil elsewhere.
-// hostIPs are the machine's unicast addresses, for the metrics' serving certificate.
-func hostIPs() []net.IP {
-	addrs, _ := net.InterfaceAddrs()
-	var ips []net.IP
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
-			ips = append(ips, n.IP)
-		}
-	}
-	return ips
-}
-
 func coordinatorConfig(on bool) *coordinator.Config {
 	if !on {
 		return nil

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
@@ -178,28 +177,23 @@ func printView(ctx context.Context, lc *kube.Client, names []string, sf statusFl
 // ends (an interrupt): informers keep the watches (they list and watch again after an API
 // server's restart), and a burst of changes prints once.
 func watchViews(ctx context.Context, lc *kube.Client, names []string, sf statusFlags, w io.Writer, last string) error {
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
+	var cluster <-chan struct{}
+	_, machines, err := kube.Watch(ctx, lc.MachinesListWatch(), &v1alpha1.Machine{})
+	if err == nil {
+		_, cluster, err = kube.Watch(ctx, lc.ClusterListWatch(), &v1alpha1.Cluster{})
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() }}
-	for _, inf := range []cache.SharedIndexInformer{
-		cache.NewSharedIndexInformer(lc.MachinesListWatch(), &v1alpha1.Machine{}, 0, cache.Indexers{}),
-		cache.NewSharedIndexInformer(lc.ClusterListWatch(), &v1alpha1.Cluster{}, 0, cache.Indexers{}),
-	} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return err
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted before the watches began
 		}
-		go inf.RunWithContext(ctx)
+		return err
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-changed:
+		case <-machines:
+		case <-cluster:
 		}
 		select { // let a burst of changes settle
 		case <-ctx.Done():

@@ -589,7 +589,7 @@ func k3sEnv(cmd initramfs.Cmdline, role v1alpha1.Role, version string) []string 
 			env = append(env, "LIKEN_STANDIN_NODE="+apirelease.StandInControlPlaneDir)
 		}
 		if f := standInFaults(cmd, version); f != "" {
-			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s that never gets ready, ...
+			env = append(env, "LIKEN_STANDIN_FAULT="+f) // VM tests: a k3s or a release that goes wrong
 		}
 	}
 	return env

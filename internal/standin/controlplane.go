@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.dev/liken/internal/atomicfile"
+	"liken.dev/liken/internal/host/hardware"
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/pki"
 )
@@ -674,11 +675,8 @@ func firstHostIP() string {
 // hostIPs are the host's global unicast addresses.
 func hostIPs() []string {
 	var out []string
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
-			out = append(out, n.IP.String())
-		}
+	for _, ip := range hardware.Addresses() {
+		out = append(out, ip.String())
 	}
 	return out
 }

@@ -12,7 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"liken.dev/liken/internal/kube"
 )
 
 // coreDNSManifest is k3s's manifests/coredns.yaml (docs/research/coredns.md, k3s 469d009) with
@@ -32,14 +36,22 @@ func coreDNSManifest(clusterDNS, clusterDomain, image string) ([]byte, error) {
 // nodeHostsLoop keeps kube-system/coredns's NodeHosts key, which CoreDNS's hosts plugin reads,
 // listing each Node's internal addresses and name, as k3s's node controller does
 // (pkg/node/controller.go): "<ip> <node>" lines, sorted. It writes them when a Node
-// changes (a watch, as k3s's controller is driven), and looks again after `every` while the
-// ConfigMap is not there yet (the deployer makes it) or a write failed; each minute besides.
+// changes (a watch, as k3s's controller is driven, not a list every 5 s), and looks again
+// after `every` while the ConfigMap is not there yet (the deployer makes it) or a write
+// failed.
 func nodeHostsLoop(ctx context.Context, client kubernetes.Interface, log io.Writer, every time.Duration) {
-	changed := changes(ctx, client.CoreV1().RESTClient(), "nodes", "", &corev1.Node{})
+	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.Everything())
+	store, changed, err := kube.Watch(ctx, lw, &corev1.Node{})
+	if err != nil {
+		if ctx.Err() == nil {
+			fmt.Fprintf(log, "k3s-standin: NodeHosts: %v\n", err)
+		}
+		return
+	}
 	for {
-		next := time.Minute
-		if err := writeNodeHosts(ctx, client); err != nil && ctx.Err() == nil {
-			next = every
+		var retry <-chan time.Time
+		if err := writeNodeHosts(ctx, client, store.List()); err != nil && ctx.Err() == nil {
+			retry = time.After(every)
 			if !apierrors.IsNotFound(err) {
 				fmt.Fprintf(log, "k3s-standin: NodeHosts: %v\n", err)
 			}
@@ -48,18 +60,19 @@ func nodeHostsLoop(ctx context.Context, client kubernetes.Interface, log io.Writ
 		case <-ctx.Done():
 			return
 		case <-changed:
-		case <-time.After(next):
+		case <-retry:
 		}
 	}
 }
 
-func writeNodeHosts(ctx context.Context, client kubernetes.Interface) error {
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
+// writeNodeHosts writes the NodeHosts of nodes (the watch's store) when they differ.
+func writeNodeHosts(ctx context.Context, client kubernetes.Interface, nodes []any) error {
 	var lines []string
-	for _, n := range nodes.Items {
+	for _, o := range nodes {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
 		for _, a := range n.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
 				lines = append(lines, a.Address+" "+n.Name)

@@ -79,6 +79,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/internal/host/hardware"
 )
 
 // Banner starts every run's output, so no log can mistake the stand-in for k3s.
@@ -566,7 +567,7 @@ func (c *Config) nodeStatus(bootIDFile string) corev1.NodeStatus {
 	capacity := corev1.ResourceList{
 		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),
+		corev1.ResourceMemory: *resource.NewQuantity(hardware.Default.Memory(), resource.BinarySI),
 	}
 	return corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity.DeepCopy(),
@@ -577,18 +578,6 @@ func (c *Config) nodeStatus(bootIDFile string) corev1.NodeStatus {
 			ContainerRuntimeVersion: "stand-in://none", KubeletVersion: "v1.37.2-standin", KubeProxyVersion: "",
 		},
 	}
-}
-
-// memTotal is the machine's memory in bytes, from /proc/meminfo (0 when unreadable).
-func memTotal() int64 {
-	b, _ := os.ReadFile("/proc/meminfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kib * 1024
-		}
-	}
-	return 0
 }
 
 func heartbeat(ctx context.Context, client kubernetes.Interface, name string, ready bool, host corev1.NodeStatus) error {

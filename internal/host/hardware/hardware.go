@@ -5,6 +5,7 @@ package hardware
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,7 +41,7 @@ func (h Host) Read() *v1alpha1.Hardware {
 			UUID:    h.read("class/dmi/id/product_uuid"),
 		},
 		CPU:         h.cpu(),
-		MemoryBytes: h.memory(),
+		MemoryBytes: h.Memory(),
 		Disks:       h.disks(),
 		NICs:        h.nics(),
 		PCIDevices:  h.pci(),
@@ -118,7 +119,8 @@ func (h Host) cpu() v1alpha1.CPUInfo {
 	return c
 }
 
-func (h Host) memory() int64 {
+// Memory is the usable memory in bytes (MemTotal), 0 when it cannot be read.
+func (h Host) Memory() int64 {
 	f, err := os.Open(filepath.Join(h.Proc, "meminfo"))
 	if err != nil {
 		return 0
@@ -226,4 +228,16 @@ func (h Host) modules() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Addresses are the host's global unicast IP addresses, in the kernel's order.
+func Addresses() []net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	var ips []net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
 }
