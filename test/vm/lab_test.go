@@ -478,7 +478,8 @@ func TestLabUpAndDown(t *testing.T) {
 			}
 			return err == nil && ok(m), nil // the API is down while the server reboots
 		}); err != nil {
-			t.Fatalf("lab-server-1: %s: not within %s; last status %+v\nits console ends:\n%s", what, bound, last, tailOf(console(serverConsole), 60))
+			t.Fatalf("lab-server-1: %s: not within %s; last: %s\nits init's lines since the change:\n%s\nits console ends:\n%s\nits last status in full: %+v",
+				what, bound, describeMachine(last), initLines(console(serverConsole)[serverMark:]), tailOf(console(serverConsole), 60), last)
 		}
 		return last
 	}
@@ -496,7 +497,8 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Fatalf("lab-server-1 did not boot its last good network within 15 minutes of the approval; its console since:\n%s", console(serverConsole)[serverMark:])
 	}
 	if !inOrder(console(serverConsole)[serverMark:], trialLines...) {
-		t.Errorf("lab-server-1's console does not show the network trial, its missed deadline and the fallback in that order")
+		t.Errorf("lab-server-1's console does not show the network trial, its missed deadline and the fallback in that order; its init's lines since the change:\n%s",
+			initLines(console(serverConsole)[serverMark:]))
 	}
 	// Bound: from the fallback boot's first line to Ready took about 2 minutes alone; beside
 	// the tier's other tests the server's kube-apiserver took up to 3m52s to be ready and its
@@ -668,6 +670,39 @@ func machineState(m v1alpha1.Machine) string {
 	}
 	return fmt.Sprintf("%s, upgrade %s, reboot %s, ready %v", rel, m.Status.Upgrade.State, m.Status.Reboot.State,
 		meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady))
+}
+
+// describeMachine is what a failed wait says of m first, short enough to survive a summary
+// of the test's last lines: release, upgrade and reboot states with their messages, what is
+// pending, and the conditions not in their healthy state.
+func describeMachine(m *v1alpha1.Machine) string {
+	if m == nil {
+		return "no Machine read"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s; upgrade %q; reboot %s %q", machineState(*m), m.Status.Upgrade.Message, m.Status.Reboot.State, m.Status.Reboot.Message)
+	for _, p := range m.Status.Pending {
+		fmt.Fprintf(&b, "; pending %s", p.Field)
+	}
+	for _, c := range m.Status.Conditions {
+		if healthy := c.Type == v1alpha1.MachineReady || c.Type == v1alpha1.MachineConfigApplied; healthy == (c.Status == metav1.ConditionTrue) {
+			continue
+		}
+		fmt.Fprintf(&b, "; %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return b.String()
+}
+
+// initLines are the lines init wrote to a console and the agent's about trials: the story of
+// its boots without k3s's noise.
+func initLines(console string) string {
+	var out []string
+	for _, l := range strings.Split(console, "\n") {
+		if strings.Contains(l, "liken-init:") || strings.Contains(l, `"msg":"trial`) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // keepConsoles copies the lab's consoles into LIKEN_VM_KEEP/TestName, when it is set, for a
