@@ -79,6 +79,10 @@ const (
 	// the failure the coordinator records in status.rollout.gateFailures, and, when the
 	// trial ended for it (spec.rollout.commitAfterGates), of UpgradeFailed.
 	ReasonGateFailed = "GateFailed"
+	// ReasonPeersUnreachable: a server's trial of new network settings was healthy by its
+	// own account, but no other machine reached it on the new network in time; the agent
+	// ended the trial before its deadline.
+	ReasonPeersUnreachable = "PeersUnreachable"
 	// ReasonTrialFailed is used when the machine knows only that the trial did not commit.
 	ReasonTrialFailed = "TrialFailed"
 	// ReasonCommitted: the last trial passed and became the default slot.

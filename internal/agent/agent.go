@@ -103,6 +103,11 @@ type Config struct {
 	// status and Events, before a reboot or when stopped) to reach the API server; what has
 	// not by then is kept and said after the next start. Zero means 15 seconds.
 	LastWords time.Duration
+	// PeerWait bounds how long a server's trial of new network settings, healthy by its
+	// own account, waits for another machine to reach it before the agent ends the trial
+	// (the machine falling back) rather than waiting out init's deadline. Zero: three times
+	// the peers' Node Lease duration (two minutes with the kubelet's 40 seconds).
+	PeerWait time.Duration
 }
 
 // Agent is a running machine agent.
@@ -137,6 +142,10 @@ type Agent struct {
 	// peerLeases are the resourceVersions of the Node Leases a server's network trial waits
 	// on, as first seen in this run (peersReach).
 	peerLeases map[string]string
+	// peerLeaseSeconds is the longest Lease duration among them; peerWaitSince is when this
+	// run first found the trial healthy but for its peers (zero while it is not).
+	peerLeaseSeconds int32
+	peerWaitSince    time.Time
 	// rebooting is set once init accepted a reboot: this agent's last moments.
 	rebooting bool
 	// lastFailureKey names the failures last reported, so each new set gets one Event.

@@ -79,6 +79,8 @@ type sim struct {
 	inventory func() (*v1alpha1.Hardware, *v1alpha1.NetworkStatus)
 	// restartDelay is the agent's RestartDelay (zero: 500 ms).
 	restartDelay time.Duration
+	// peerWait is the agent's PeerWait (zero: its default).
+	peerWait time.Duration
 	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
 	// reporting the boot before, as a kubelet that has not started yet leaves it.
 	kubeletLate bool
@@ -206,7 +208,7 @@ func (s *sim) start(t testing.TB) {
 		Sysctl: s.sysctl, K3sRoot: k3s.Root("/"), K3sPaths: s.paths, Join: "https://s1:6443", SwapOn: func() bool { return false },
 		Restarter: supervisor.Client{Socket: filepath.Join(s.dir, "init.sock")}, RestartDelay: delay,
 		Metrics: s.metrics, Hardware: &v1alpha1.Hardware{CPU: v1alpha1.CPUInfo{Threads: 2}},
-		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords,
+		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords, PeerWait: s.peerWait,
 		Coordinator: s.coordinatorConfig(), Clock: s.clock, ClockEvery: 200 * time.Millisecond,
 		Inventory: s.inventory, InventoryEvery: 200 * time.Millisecond,
 	})

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -248,15 +249,14 @@ func TestK3sDataDiskChangeIsATrial(t *testing.T) {
 	}
 }
 
-// TestServerNetworkTrialWaitsForAPeer: a server's agent reaches its own k3s over loopback,
-// so its trial of new network settings commits only once another machine that was Ready
-// reaches it (its kubelet renews its Node Lease through it): while the agent machine is
-// away, the trial waits, and says so.
-func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
-	f := setup(t, map[string]v1alpha1.Role{"s1": v1alpha1.RoleServer, "a1": v1alpha1.RoleAgent})
-	boot := f.bootedOnClusterRelease(t)
-	s1, a1 := newSim(t, "s1", v1alpha1.RoleServer), newSim(t, "a1", v1alpha1.RoleAgent)
-	s1.bootCtl = boot
+// serverNetworkTrial boots a server s1 and an agent a1, stages a new MTU on s1 and approves
+// its reboot, then boots s1's trial with a1 away (its agent and k3s stopped): s1 is healthy
+// on its own and waits for a peer, as status says. peerWait is s1's agent's PeerWait.
+func serverNetworkTrial(t *testing.T, peerWait time.Duration) (f *fixture, boot *fakeBoot, s1, a1 *sim, mtu *v1alpha1.MachineNetwork) {
+	f = setup(t, map[string]v1alpha1.Role{"s1": v1alpha1.RoleServer, "a1": v1alpha1.RoleAgent})
+	boot = f.bootedOnClusterRelease(t)
+	s1, a1 = newSim(t, "s1", v1alpha1.RoleServer), newSim(t, "a1", v1alpha1.RoleAgent)
+	s1.bootCtl, s1.peerWait = boot, peerWait
 	for _, s := range []*sim{s1, a1} {
 		s.boot(t, f)
 		s.start(t)
@@ -264,9 +264,9 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 			return condTrue(m, v1alpha1.MachineReady) && len(m.Status.Pending) == 0
 		})
 	}
-	defer a1.stop()
+	t.Cleanup(a1.stop)
 	st := stateOf(t, s1)
-	mtu := &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true, MTU: 1400}}}
+	mtu = &v1alpha1.MachineNetwork{Interfaces: []v1alpha1.Interface{{Name: "eth0", DHCP: true, MTU: 1400}}}
 	f.editMachine("s1", func(m *v1alpha1.Machine) { m.Spec.Network = mtu })
 	f.waitFor(t, "s1", "the network staged", func(m *v1alpha1.Machine, _ *corev1.Node) bool { return hasPending(m, "machine.spec.network") })
 	approve(f, "s1")
@@ -284,9 +284,10 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 	}
 	boot.boot("boot-2", "A", true, "")
 	s1.start(t)
-	defer s1.stop()
+	t.Cleanup(s1.stop)
 	waiting := func(m *v1alpha1.Machine) bool {
-		return m.Status.Upgrade.State == v1alpha1.UpgradeTrial && strings.Contains(m.Status.Upgrade.Message, "none of a1 renewed its Node Lease")
+		return m.Status.Upgrade.State == v1alpha1.UpgradeTrial && strings.Contains(m.Status.Upgrade.Message, "none of a1 renewed its Node Lease") &&
+			strings.Contains(m.Status.Upgrade.Message, "the trial ends if none has within")
 	}
 	f.waitFor(t, "s1", "the trial waiting for a peer, said in status", func(m *v1alpha1.Machine, n *corev1.Node) bool {
 		return kube.NodeReady(n) && waiting(m)
@@ -297,6 +298,16 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 	if boot.get().Committed {
 		t.Fatal("the server's network trial committed with no other machine reaching it")
 	}
+	return f, boot, s1, a1, mtu
+}
+
+// TestServerNetworkTrialWaitsForAPeer: a server's agent reaches its own k3s over loopback,
+// so its trial of new network settings commits only once another machine that was Ready
+// reaches it (its kubelet renews its Node Lease through it): while the agent machine is
+// away, the trial waits, and says so.
+func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
+	_, boot, s1, a1, mtu := serverNetworkTrial(t, 0)
+	st := stateOf(t, s1)
 	// The agent machine comes back and reaches the server: the trial commits.
 	if _, err := a1.k3s.Restart(t.Context()); err != nil {
 		t.Fatal(err)
@@ -307,5 +318,34 @@ func TestServerNetworkTrialWaitsForAPeer(t *testing.T) {
 	waitCount(t, "the new network recorded as the last good one", func() bool {
 		g := st().GoodNetwork
 		return g != nil && state.NetworkHash(g.Network) == state.NetworkHash(mtu) && st().Attempt == nil
+	})
+}
+
+// TestServerNetworkTrialEndsWhenNoPeerReachesIt: healthy on its own, a server's network
+// trial that no peer reaches within the agent's PeerWait ends then, not at init's deadline:
+// the boot log and an Event say no peer reached it, and back on the last good boot the
+// failure's reason is PeersUnreachable, naming the peer it waited for.
+func TestServerNetworkTrialEndsWhenNoPeerReachesIt(t *testing.T) {
+	f, boot, s1, _, _ := serverNetworkTrial(t, 3*time.Second)
+	waitCount(t, "the trial ended by the agent", func() bool { return boot.rebootCount() == 2 }) // the first: the approved reboot
+	last := boot.get().Boots
+	if r := last[len(last)-1]; r.End != state.EndPeersUnreachable || !strings.Contains(r.Message, "none of a1 renewed its Node Lease") || !strings.Contains(r.Message, "in 3s of being healthy itself") {
+		t.Errorf("the trial's boot record: %+v", r)
+	}
+	if boot.get().Committed {
+		t.Fatal("a trial no peer reached was committed")
+	}
+	waitCount(t, "a PeersUnreachable Event on s1", func() bool {
+		evs, err := f.admin.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=s1,reason=" + v1alpha1.ReasonPeersUnreachable})
+		return err == nil && len(evs.Items) > 0 && strings.Contains(evs.Items[0].Message, "falls back to its last good network")
+	})
+	// The next boot is the last good one (init armed no trial): the failure is reported.
+	s1.stop()
+	boot.bootAsArmed("boot-3")
+	s1.start(t)
+	f.waitFor(t, "s1", "UpgradeFailed with PeersUnreachable, naming a1", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonPeersUnreachable && strings.Contains(c.Message, "none of a1 renewed") &&
+			!strings.Contains(c.Message, "the agent was waiting")
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,6 +65,9 @@ func (a *Agent) peersReach(ctx context.Context, peers []string) string {
 			// the new network is no reason to commit it.
 			return fmt.Sprintf("reading %s's Node Lease: %v", p, err)
 		}
+		if d := l.Spec.LeaseDurationSeconds; d != nil && *d > a.peerLeaseSeconds {
+			a.peerLeaseSeconds = *d
+		}
 		seen, ok := a.peerLeases[p]
 		if ok && seen != l.ResourceVersion {
 			return ""
@@ -73,4 +77,21 @@ func (a *Agent) peersReach(ctx context.Context, peers []string) string {
 		}
 	}
 	return fmt.Sprintf("no other machine has reached this server on its new network since it booted (none of %s renewed its Node Lease through it)", strings.Join(peers, ", "))
+}
+
+// peerWait is how long a trial healthy on its own waits for a peer (Config.PeerWait): by
+// default three of the peers' Lease durations. A peer whose kubelet has not renewed its
+// Lease through this server for that long is one the cluster takes for lost; three leave
+// its kubelet room to find the server again after the reboot (its Lease renewals retry
+// within seconds, and it renews every quarter of the duration). Init's deadline still
+// bounds the whole trial.
+func (a *Agent) peerWait() time.Duration {
+	if a.cfg.PeerWait > 0 {
+		return a.cfg.PeerWait
+	}
+	d := a.peerLeaseSeconds
+	if d <= 0 {
+		d = 40 // the kubelet's default nodeLeaseDurationSeconds
+	}
+	return 3 * time.Duration(d) * time.Second
 }

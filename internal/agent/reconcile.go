@@ -19,6 +19,7 @@ import (
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/state"
 )
 
 // outcome collects what one reconcile did, for status, Events and the state file.
@@ -200,15 +201,32 @@ func (a *Agent) commitTrial(ctx context.Context, m *v1alpha1.Machine, c *v1alpha
 		at = nil
 	}
 	waiting := trialWaits(out, a.st.K3sRestartPending)
+	if waiting != "" {
+		a.peerWaitSince = time.Time{} // the peers' wait counts only while healthy on its own
+	}
 	if waiting == "" && at != nil && len(at.Peers) > 0 {
-		waiting = a.peersReach(ctx, at.Peers)
+		if waiting = a.peersReach(ctx, at.Peers); waiting != "" {
+			if a.peerWaitSince.IsZero() {
+				a.peerWaitSince = a.cfg.Now()
+			}
+			wait := a.peerWait()
+			if a.cfg.Now().Sub(a.peerWaitSince) >= wait { // monotonic with time.Now: a clock step does not count
+				// Healthy here, unreachable there: init's deadline would end it the same
+				// way, minutes later, with the cluster's other machines cut off meanwhile.
+				failed := fmt.Sprintf("%s, in %s of being healthy itself", waiting, wait)
+				a.log.Warn("no peer reached this server on its new network: ending the trial; the machine falls back to its last good settings", "why", failed)
+				a.events.Eventf(m, corev1.EventTypeWarning, v1alpha1.ReasonPeersUnreachable, "the trial boot of slot %s was healthy, but %s; it ends, and the machine falls back to its last good network", bi.Slot, failed)
+				return a.cfg.Boot.FailTrial(ctx, state.EndPeersUnreachable, failed)
+			}
+			waiting += fmt.Sprintf(" (the trial ends if none has within %s of this server being healthy)", wait)
+		}
 	}
 	if waiting == "" {
 		var failed string
 		if waiting, failed = trialGates(c, a.cfg.Machine, bi.BootID); failed != "" {
 			a.log.Warn("the trial's gates failed: ending it; the machine falls back to its last good slot", "why", failed)
 			a.events.Eventf(m, corev1.EventTypeWarning, v1alpha1.ReasonGateFailed, "the trial boot of slot %s was healthy, but its gates failed: %s; it ends, and the machine falls back to its last good slot", bi.Slot, failed)
-			if err := a.cfg.Boot.FailTrial(ctx, failed); err != nil {
+			if err := a.cfg.Boot.FailTrial(ctx, state.EndGatesFailed, failed); err != nil {
 				return err
 			}
 			return nil

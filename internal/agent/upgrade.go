@@ -29,8 +29,9 @@ type Boot interface {
 	SetSlot(ctx context.Context, slot string, r bootloader.SlotRecord) error
 	Reboot(ctx context.Context, r supervisor.RebootRequest) error
 	CommitTrial(ctx context.Context) error
-	// FailTrial ends this uncommitted trial now: init reboots into the last good slot.
-	FailTrial(ctx context.Context, message string) error
+	// FailTrial ends this uncommitted trial now: init reboots into the last good slot, its
+	// boot log saying end (state.EndGatesFailed or state.EndPeersUnreachable) and message.
+	FailTrial(ctx context.Context, end, message string) error
 }
 
 // SlotDevice says where a slot's bytes live: its partition, or its region of a disk image.
@@ -259,7 +260,7 @@ func (a *Agent) resolveAttempt(m *v1alpha1.Machine) error {
 		return a.cfg.State.Save(a.st)
 	}
 	reason, msg := trialFailure(at, bi.Boots)
-	if at.Waiting != "" {
+	if at.Waiting != "" && reason != v1alpha1.ReasonPeersUnreachable { // whose message says it
 		msg += "; the agent was waiting: " + at.Waiting
 	}
 	now := metav1.NewTime(a.cfg.Now().UTC().Truncate(time.Second))
@@ -428,6 +429,8 @@ func trialFailure(at *state.Attempt, boots []state.BootRecord) (reason, msg stri
 			return v1alpha1.ReasonInitFailed, "liken's init failed in the trial boot: " + trial.Message
 		case state.EndGatesFailed:
 			return v1alpha1.ReasonGateFailed, "the trial boot was healthy, but its gates failed: " + trial.Message
+		case state.EndPeersUnreachable:
+			return v1alpha1.ReasonPeersUnreachable, "the trial boot was healthy by its own account, but no peer reached it: " + trial.Message
 		}
 	}
 	if len(next) > 0 {

@@ -115,7 +115,7 @@ func (b *fakeBoot) CommitTrial(context.Context) error {
 
 // FailTrial ends the trial as init does: the boot record says why, and the machine
 // reboots (into its last good slot: bootAsArmed finds no trial armed).
-func (b *fakeBoot) FailTrial(_ context.Context, msg string) error {
+func (b *fakeBoot) FailTrial(_ context.Context, end, msg string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -126,9 +126,9 @@ func (b *fakeBoot) FailTrial(_ context.Context, msg string) error {
 	case b.rebootPending:
 		return errors.New("a reboot is already under way")
 	}
-	b.info.Boots[len(b.info.Boots)-1].End = state.EndGatesFailed
+	b.info.Boots[len(b.info.Boots)-1].End = end
 	b.info.Boots[len(b.info.Boots)-1].Message = msg
-	b.reboots = append(b.reboots, supervisor.RebootRequest{Why: "the trial failed its gates"})
+	b.reboots = append(b.reboots, supervisor.RebootRequest{Why: "the agent ended the trial: " + end})
 	b.rebootPending = true
 	return nil
 }
@@ -515,6 +515,7 @@ func TestTrialFailureReasons(t *testing.T) {
 		{"kernel panic", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{Panic: "Kernel panic - not syncing: sysrq triggered crash"})}, v1alpha1.ReasonKernelPanic},
 		{"init exited", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{Panic: "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"})}, v1alpha1.ReasonInitFailed},
 		{"gates failed", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s", End: state.EndGatesFailed, Message: "gate smoke: Job failed"}), after(state.BootRecord{})}, v1alpha1.ReasonGateFailed},
+		{"no peer reached it", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s", End: state.EndPeersUnreachable, Message: "none of a1 renewed its Node Lease through it"}), after(state.BootRecord{})}, v1alpha1.ReasonPeersUnreachable},
 		{"watchdog", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{WatchdogReset: true})}, v1alpha1.ReasonWatchdog},
 		{"power cut", []state.BootRecord{arming, trial(state.BootRecord{Reached: "k3s"}), after(state.BootRecord{})}, v1alpha1.ReasonBootInterrupted},
 		{"never reached init", []state.BootRecord{arming, after(state.BootRecord{})}, v1alpha1.ReasonTrialFailed},

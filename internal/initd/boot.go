@@ -223,9 +223,10 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 }
 
 // FailTrial implements supervisor.Boot: the agent found the trial unfit before its deadline
-// (its gates failed). The boot loader made the last good slot the next boot already, when
-// it started this trial, so a reboot is the fallback; the record says why, before it.
-func (b *bootControl) FailTrial(message string) error {
+// (its gates failed, or no peer reached a server on its new network). The boot loader made
+// the last good slot the next boot already, when it started this trial, so a reboot is the
+// fallback; the record says why, before it.
+func (b *bootControl) FailTrial(end, message string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -239,11 +240,17 @@ func (b *bootControl) FailTrial(message string) error {
 	if message == "" {
 		message = "the agent ended it"
 	}
-	b.record(func(r *state.BootRecord) { r.End, r.Message = state.EndGatesFailed, message })
-	fmt.Fprintf(b.log, "liken-init: trial of slot %s failed its gates: %s; rebooting into the last good slot\n", b.slot, message)
+	why := "the trial failed its gates"
+	if end == state.EndPeersUnreachable {
+		why = "no peer reached the trial's network"
+	} else {
+		end = state.EndGatesFailed
+	}
+	b.record(func(r *state.BootRecord) { r.End, r.Message = end, message })
+	fmt.Fprintf(b.log, "liken-init: trial of slot %s ended by the agent (%s): %s; rebooting into the last good slot\n", b.slot, why, message)
 	b.rebootPending = true
 	close(b.failedCh)
-	b.reboot("the trial failed its gates")
+	b.reboot(why)
 	return nil
 }
 
@@ -260,7 +267,7 @@ func (b *bootControl) Commit() error {
 	}
 	select {
 	case <-b.failedCh:
-		return errors.New("this trial failed its gates and ends: it is not committed")
+		return errors.New("the agent ended this trial (its gates failed, or no peer reached it): it is not committed")
 	default:
 	}
 	err := b.withESP(func(e bootloader.ESP) error {

@@ -222,7 +222,7 @@ func TestESPLeftMounted(t *testing.T) {
 func TestFailTrial(t *testing.T) {
 	b, reboots := trialBoot(t, "", "")
 	b.record(func(r *state.BootRecord) { r.ID, r.Slot, r.Trial = b.bootID, b.slot, true })
-	if err := b.FailTrial("gate smoke: Job smoke-x failed"); err != nil {
+	if err := b.FailTrial(state.EndGatesFailed, "gate smoke: Job smoke-x failed"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -240,17 +240,26 @@ func TestFailTrial(t *testing.T) {
 	if last := boots[len(boots)-1]; last.End != state.EndGatesFailed || last.Message != "gate smoke: Job smoke-x failed" {
 		t.Errorf("boot record: end %q, message %q", last.End, last.Message)
 	}
-	if err := b.Commit(); err == nil || !strings.Contains(err.Error(), "failed its gates") {
+	if err := b.Commit(); err == nil || !strings.Contains(err.Error(), "the agent ended this trial") {
 		t.Errorf("a commit after the end: %v", err)
 	}
-	if err := b.FailTrial("again"); err == nil || !strings.Contains(err.Error(), "already under way") {
+	if err := b.FailTrial(state.EndGatesFailed, "again"); err == nil || !strings.Contains(err.Error(), "already under way") {
 		t.Errorf("a second end: %v", err)
 	}
 	if n := reboots.Load(); n != 1 {
 		t.Errorf("%d reboots after the refused calls; want 1", n)
 	}
+	// A server's network trial no peer reached ends the same way, its record saying so.
+	peers, _ := trialBoot(t, "", "")
+	peers.record(func(r *state.BootRecord) { r.ID, r.Slot, r.Trial = peers.bootID, peers.slot, true })
+	if err := peers.FailTrial(state.EndPeersUnreachable, "none of a1 renewed its Node Lease through it"); err != nil {
+		t.Fatal(err)
+	}
+	if boots, err := peers.boots.Load(); err != nil || len(boots) == 0 || boots[len(boots)-1].End != state.EndPeersUnreachable {
+		t.Errorf("boot log after a peers' end: %+v %v", boots, err)
+	}
 	notTrial := &bootControl{log: testLog{t}, boots: state.BootLog{Dir: t.TempDir()}, failedCh: make(chan struct{}), reboot: func(string) { reboots.Add(1) }}
-	if err := notTrial.FailTrial("x"); err == nil || !strings.Contains(err.Error(), "not a trial") {
+	if err := notTrial.FailTrial(state.EndPeersUnreachable, "x"); err == nil || !strings.Contains(err.Error(), "not a trial") {
 		t.Errorf("ending a boot that is no trial: %v", err)
 	}
 }

@@ -92,6 +92,10 @@ const (
 	// EndGatesFailed: the agent ended the trial before its deadline, the machine's gates
 	// having failed on it (Cluster spec.rollout.commitAfterGates).
 	EndGatesFailed = "gates-failed"
+	// EndPeersUnreachable: the agent ended a server's trial of new network settings before
+	// its deadline: the server was healthy by its own account, but no other machine reached
+	// it on the new network within the peers' wait (internal/agent peersReach).
+	EndPeersUnreachable = "peers-unreachable"
 )
 
 // maxBoots is how many boot records are kept.

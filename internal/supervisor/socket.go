@@ -45,12 +45,16 @@ type Boot interface {
 	// Commit makes the slot this trial booted (and its kernel arguments) the default.
 	Commit() error
 	// FailTrial ends an uncommitted trial now, as a missed health deadline would: the
-	// machine reboots into its last good slot, and the boot log says why.
-	FailTrial(message string) error
+	// machine reboots into its last good slot, and the boot log says why (end: a
+	// state.End* the agent may give, state.EndGatesFailed or state.EndPeersUnreachable).
+	FailTrial(end, message string) error
 }
 
 // TrialFailure is why the agent ends a trial before its deadline.
 type TrialFailure struct {
+	// End is how the trial ends in the boot log: state.EndGatesFailed (also when empty, as
+	// an agent from before peers' waits sends) or state.EndPeersUnreachable.
+	End     string `json:"end,omitempty"`
 	Message string `json:"message"`
 }
 
@@ -186,7 +190,15 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 		if !boot(w) || !decode(w, r, &f) {
 			return
 		}
-		if err := s.Boot.FailTrial(f.Message); err != nil {
+		switch f.End {
+		case "":
+			f.End = state.EndGatesFailed
+		case state.EndGatesFailed, state.EndPeersUnreachable:
+		default:
+			http.Error(w, fmt.Sprintf("a trial cannot end %q: the agent may end it %q or %q", f.End, state.EndGatesFailed, state.EndPeersUnreachable), http.StatusBadRequest)
+			return
+		}
+		if err := s.Boot.FailTrial(f.End, f.Message); err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
@@ -263,9 +275,9 @@ func (c Client) CommitTrial(ctx context.Context) error {
 }
 
 // FailTrial asks init to end this uncommitted trial now, the machine falling back to its
-// last good slot, with message in the boot log.
-func (c Client) FailTrial(ctx context.Context, message string) error {
-	return c.call(ctx, http.MethodPost, "/v1/trial/fail", TrialFailure{Message: message}, nil, "asking init to end the trial")
+// last good slot, with end and message in the boot log.
+func (c Client) FailTrial(ctx context.Context, end, message string) error {
+	return c.call(ctx, http.MethodPost, "/v1/trial/fail", TrialFailure{End: end, Message: message}, nil, "asking init to end the trial")
 }
 
 // BootInfo asks init what the machine booted.

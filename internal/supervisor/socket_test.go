@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/state"
 )
 
 // recordingBoot stands in for init's boot control on the host side.
@@ -33,8 +34,8 @@ func (b *recordingBoot) SetSlot(slot string, r bootloader.SlotRecord) error {
 
 func (b *recordingBoot) Reboot(r RebootRequest) error { b.reboots = append(b.reboots, r); return nil }
 func (b *recordingBoot) Commit() error                { b.commits++; return errors.New("this boot is not a trial") }
-func (b *recordingBoot) FailTrial(msg string) error {
-	b.fails = append(b.fails, msg)
+func (b *recordingBoot) FailTrial(end, msg string) error {
+	b.fails = append(b.fails, end+": "+msg)
 	if len(b.fails) > 1 {
 		return errors.New("a reboot is already under way")
 	}
@@ -78,10 +79,15 @@ func TestBootEndpoints(t *testing.T) {
 	if err := c.CommitTrial(ctx); err == nil || !strings.Contains(err.Error(), "not a trial") {
 		t.Errorf("CommitTrial outside a trial: %v", err)
 	}
-	if err := c.FailTrial(ctx, "gate smoke: Job failed"); err != nil || len(b.fails) != 1 || b.fails[0] != "gate smoke: Job failed" {
+	// An end init does not know is refused before it reaches the boot control.
+	if err := c.FailTrial(ctx, "poweroff", "x"); err == nil || !strings.Contains(err.Error(), "cannot end") || len(b.fails) != 0 {
+		t.Errorf("FailTrial with an unknown end: %v %q", err, b.fails)
+	}
+	// No end (an agent from before peers' waits) is the gates' end.
+	if err := c.FailTrial(ctx, "", "gate smoke: Job failed"); err != nil || len(b.fails) != 1 || b.fails[0] != state.EndGatesFailed+": gate smoke: Job failed" {
 		t.Errorf("FailTrial: %v %q", err, b.fails)
 	}
-	if err := c.FailTrial(ctx, "again"); err == nil || !strings.Contains(err.Error(), "already under way") {
+	if err := c.FailTrial(ctx, state.EndPeersUnreachable, "again"); err == nil || !strings.Contains(err.Error(), "already under way") || b.fails[1] != state.EndPeersUnreachable+": again" {
 		t.Errorf("FailTrial refused by init: %v", err)
 	}
 }

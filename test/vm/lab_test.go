@@ -104,12 +104,13 @@ func TestLabUpAndDown(t *testing.T) {
 	start := time.Now()
 	// --timeout: up's machines took 9 min to be Ready beside another test (the default is
 	// 15 min, for a user's machine with nothing else running); add's the same.
-	// --kernel-args: a trial deadline of 6 minutes, not the default 10, so the server's
-	// network trial below fails sooner; still long enough for the upgrade's good trials,
-	// which bring a server's control plane up beside other tests: with two vCPUs the
-	// server's upgrade trial committed 2m45s after init started (a k3s restart included,
-	// which boots no longer need), and its network trial was healthy but for the peer
-	// 2m10s after.
+	// --kernel-args: a trial deadline of 6 minutes, not the default 10, which every boot's
+	// trial shows it got (the network trial's console below); long enough for the upgrade's
+	// good trials, which bring a server's control plane up beside other tests: with two
+	// vCPUs the server's upgrade trial committed 2m45s after init started (a k3s restart
+	// included, which boots no longer need), and its network trial was healthy but for the
+	// peer 2m10s after, and ended by the agent's peer wait 2 minutes later: a trial that
+	// reaches this deadline fails the test (its reason would be HealthDeadline).
 	const trialDeadline = 360
 	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1", "--timeout", "25m",
 		"--kernel-args", fmt.Sprintf("liken.trial.deadline=%d", trialDeadline))
@@ -444,9 +445,10 @@ func TestLabUpAndDown(t *testing.T) {
 	// no API server but the server's own: the server's agent reaches its own k3s over
 	// loopback, so k3s and its Node are healthy on the new address; only a peer reaching it
 	// there would prove the address works, and none can (the agent's k3s knows the server by
-	// its old address). The trial waits for a peer until its deadline (--kernel-args above)
-	// and the next boot is on the last good network, the failure and what the trial waited
-	// for in status. The host reaches the API through the user network, which the change
+	// its old address). The trial waits for a peer for the agent's peer wait (three Node
+	// Lease durations, 2 minutes) once healthy on its own, well before its deadline
+	// (--kernel-args above), and the next boot is on the last good network, the failure
+	// and what the trial waited for in status. The host reaches the API through the user network, which the change
 	// leaves alone.
 	serverMark := len(console(serverConsole))
 	netStart := time.Now()
@@ -489,7 +491,8 @@ func TestLabUpAndDown(t *testing.T) {
 	if out, err := liken("approve-reboot", "lab-server-1", "--kubeconfig", kc); err != nil {
 		t.Fatalf("liken approve-reboot lab-server-1: %v\n%s", err, out)
 	}
-	trialLines := []string{"liken-init: network and disks: this trial boot tries the staged settings", "missed its health deadline",
+	trialLines := []string{"liken-init: network and disks: this trial boot tries the staged settings", fmt.Sprintf("health deadline %s", trialDeadline*time.Second),
+		"ended by the agent (no peer reached the trial's network)",
 		"liken-init: network and disks: the last good settings"}
 	if err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 15*time.Minute, true, func(context.Context) (bool, error) {
 		return strings.Contains(console(serverConsole)[serverMark:], trialLines[len(trialLines)-1]), nil
@@ -497,7 +500,7 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Fatalf("lab-server-1 did not boot its last good network within 15 minutes of the approval; its console since:\n%s", console(serverConsole)[serverMark:])
 	}
 	if !inOrder(console(serverConsole)[serverMark:], trialLines...) {
-		t.Errorf("lab-server-1's console does not show the network trial, its missed deadline and the fallback in that order; its init's lines since the change:\n%s",
+		t.Errorf("lab-server-1's console does not show the network trial, its end for want of a peer and the fallback in that order; its init's lines since the change:\n%s",
 			initLines(console(serverConsole)[serverMark:]))
 	}
 	// Bound: from the fallback boot's first line to Ready took about 2 minutes alone; beside
@@ -506,7 +509,7 @@ func TestLabUpAndDown(t *testing.T) {
 	// the kubelet not yet serving.
 	m := serverWaits("the failed trial reported, Ready on the old network", 9*time.Minute, func(m *v1alpha1.Machine) bool {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonHealthDeadline &&
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonPeersUnreachable &&
 			meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineReady) && m.Status.Reboot.State == v1alpha1.RebootNone
 	})
 	netTook := time.Since(netStart)
@@ -601,7 +604,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
-	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d; fewest others ready as one was evicted: %d); the server's network trial cut from its agent, approval to the fallback reported %s (trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d; fewest others ready as one was evicted: %d); the server's network trial cut from its agent, approval to the fallback reported %s (ended by the agent's peer wait; trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
 		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, upgradeSeen.fewestAtEviction, netTook.Round(time.Second), trialDeadline, added.Round(time.Second))
 }
 
