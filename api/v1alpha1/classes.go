@@ -44,6 +44,7 @@ var FieldClasses = []FieldClass{
 	{Path: "cluster.spec.kernelArgs", Class: NextBoot, Why: "the kernel command line is read at boot; boots as a trial"},
 	{Path: "cluster.spec.registrationAddress", Class: RestartK3s, ServersOnly: true, Why: "servers name it in their certificate (k3s tls-san), read at k3s start; machines that have joined reach the servers directly, and a machine joins through the address its layer carries"},
 	{Path: "cluster.spec.timeServers", Class: Live, Why: "the agent keeps the clock with them; init reads the applied ones at boot"},
+	{Path: "cluster.spec.logs", Class: Live, Why: "read at boot, when the logs of the boot before are kept and the oldest removed"},
 	{Path: "cluster.spec.network", Class: Immutable, Why: "k3s cannot move a running cluster to new address ranges"},
 
 	{Path: "machine.spec.role", Class: Immutable, Why: "a server's datastore and an agent's state are not interchangeable: reinstall"},

@@ -132,6 +132,12 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self != 'localhost' && !(isIP(self) && (ip(self).isLoopback() || ip(self).isUnspecified()))",message="registrationAddress must be an address the other machines reach: not localhost, a loopback or an unspecified address"
 	RegistrationAddress string `json:"registrationAddress,omitempty"`
 
+	// Logs says how much of its own logs each machine keeps on its state partition (init's
+	// with the kernel's messages, the agent's and k3s's, under /var/log, which the kubelet's
+	// node log query and `liken logs` read). A change is live: it applies at the next boot.
+	// +optional
+	Logs *LogPolicy `json:"logs,omitempty"`
+
 	// Network holds the cluster's address ranges. They are fixed when the cluster is created.
 	// +optional
 	// +kubebuilder:default={clusterCIDR:"10.42.0.0/16",serviceCIDR:"10.43.0.0/16",clusterDNS:"10.43.0.10",clusterDomain:"cluster.local"}
@@ -849,4 +855,26 @@ type ClusterList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Cluster `json:"items"`
+}
+
+// LogPolicy bounds the logs a machine keeps.
+type LogPolicy struct {
+	// BootsKept is how many earlier boots' logs a machine keeps besides this boot's
+	// (default 5). Each component's file is rotated at 4 MiB with one earlier file kept, so
+	// a boot takes at most 32 MiB of the state partition, and usually a few hundred KiB.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	BootsKept int32 `json:"bootsKept,omitempty"`
+}
+
+// DefaultLogBootsKept is LogPolicy.BootsKept's default.
+const DefaultLogBootsKept = 5
+
+// LogBootsKept is how many earlier boots' logs a machine keeps.
+func (s ClusterSpec) LogBootsKept() int {
+	if s.Logs == nil || s.Logs.BootsKept < 1 {
+		return DefaultLogBootsKept
+	}
+	return int(s.Logs.BootsKept)
 }

@@ -71,6 +71,7 @@ func (s *system) shutdown(stopAgent func(), agentDone <-chan struct{}, stopK3s f
 // if it stays busy), so the next boot finds every file system clean.
 func (s *system) releaseDisks() {
 	s.unmountDataDisks()
+	s.closeLogs() // on the state partition: open, they would keep it busy
 	unix.Sync()
 	unix.Unmount("/etc/rancher", 0)
 	if err := unix.Unmount(stateMount, 0); err != nil {

@@ -60,6 +60,9 @@ type system struct {
 	// says it is.
 	stateFS      string
 	stateMounted bool
+	// logs are this boot's log files on the state partition (logs.go); nil before it is
+	// mounted, or when they could not be opened.
+	logs *logs
 	// report is what this boot applied of the boot-time settings (the agent reads it).
 	report state.BootReport
 	// watchdog is the hardware watchdog init armed as it started (nil without one);
@@ -86,7 +89,10 @@ func Main() {
 	initramfs.Fail(os.Stdout, err) // a trial reboots into the last good slot
 }
 
-func systemStage(log io.Writer) (*system, error) {
+func systemStage(console io.Writer) (*system, error) {
+	// Init's lines go to the console and, once the state partition is mounted, to its log
+	// there too (logs.go).
+	log := &initLog{console: console}
 	version, _ := os.ReadFile(initramfs.VersionFile)
 	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", initramfs.Uptime(), strings.TrimSpace(string(version)))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
@@ -113,6 +119,7 @@ func systemStage(log io.Writer) (*system, error) {
 		{"loading the system modules", s.modules},
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
+		{"keeping the logs of the boots before", s.pruneLogs},
 		{"loading the machine's kernel modules", s.machineModules},
 		{"preparing the data disks", s.dataDisks},
 		{"configuring the network", s.network},
@@ -194,11 +201,12 @@ func (s *system) mounts() error {
 		return fmt.Errorf("mounting the state partition %s: %w", dev, err)
 	}
 	s.stateMounted = true
-	for _, d := range []string{likenState, rancherDir, "/var/log", "/var/lib/rancher/k3s", "/run/liken"} {
+	for _, d := range []string{likenState, rancherDir, logDir, "/var/lib/rancher/k3s", "/run/liken"} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}
+	s.openLogs()
 	if err := unix.Mount(rancherDir, "/etc/rancher", "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding %s onto /etc/rancher: %w", rancherDir, err)
 	}
@@ -310,6 +318,12 @@ func (s *system) prepareK3s() error {
 				}
 			}
 		}
+	}
+	// The kubelet's node log query, for `liken logs` (logs.go keeps the files it reads).
+	dropIn := filepath.Join(paths.DataDir, k3s.KubeletLogsDropIn)
+	os.MkdirAll(filepath.Dir(dropIn), 0o700)
+	if err := os.WriteFile(dropIn, k3s.KubeletLogsConfig(readTrim("/etc/liken/k3s-version")), 0o600); err != nil {
+		return fmt.Errorf("writing the kubelet's log settings: %w", err)
 	}
 	api := s.apiURL()
 	cert, err1 := os.ReadFile(filepath.Join(layerDir, layer.CredentialsDir, s.machine.Name+".crt"))
@@ -459,11 +473,11 @@ func (s *system) notApplied(field, why string) {
 func (s *system) run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	console := os.Stdout
+	k3sOut := s.output(logK3s)
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
 		Env:    k3sEnv(s.cmd, s.machine.Spec.Role, s.version),
-		Stdout: console, Stderr: console}, nil)
+		Stdout: k3sOut, Stderr: k3sOut}, nil)
 	agentArgs := []string{"--machine", s.machine.Name, "--kubeconfig", filepath.Join(likenState, "agent.kubeconfig"),
 		"--state-dir", likenState, "--join", s.join, "--keep-clock", keepClockEvery.String(),
 		// The metrics, to the cluster's scrapers through the API server's authentication and
@@ -477,9 +491,10 @@ func (s *system) run() error {
 			agentArgs = append(agentArgs, "--bootstrap-kubeconfig", bootstrapKubeconfig, "--layer-dir", layerDir)
 		}
 	}
+	agentOut := s.output(logAgent)
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: agentArgs,
-		Env:  []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: console, Stderr: console}, nil)
+		Env:  []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: agentOut, Stderr: agentOut}, nil)
 	registerSupervised("k3s", k3sProc.PID)
 	registerSupervised("liken-agent", agentProc.PID)
 	server := &supervisor.Server{Processes: map[string]*supervisor.Process{"k3s": k3sProc}, Boot: s.boot}

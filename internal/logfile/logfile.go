@@ -8,7 +8,7 @@
 // DIR/NAME.log (rotated ones DIR/NAME.log.1, .2, ...), and earlier boots' are under
 // DIR/liken/boots/SEQ/, which the kubelet's /logs/ file handler serves as they are.
 //
-// Not wired into init yet: this package is the part that is built and tested.
+// Init writes them (internal/initd logs.go); `liken logs` reads them through the API.
 package logfile
 
 import (
@@ -159,13 +159,28 @@ func ArchiveBoot(dir string, names []string, keep int) (string, error) {
 		}
 		seqs = append(seqs, next)
 	}
+	return archive, prune(boots, seqs, keep)
+}
+
+// Prune removes the oldest archives under dir beyond keep (a bound read later in the boot
+// than ArchiveBoot runs, such as the Cluster's).
+func Prune(dir string, keep int) error {
+	boots := filepath.Join(dir, BootsDir)
+	seqs, err := archives(boots)
+	if err != nil {
+		return err
+	}
+	return prune(boots, seqs, keep)
+}
+
+func prune(boots string, seqs []int, keep int) error {
 	for len(seqs) > keep {
 		if err := os.RemoveAll(filepath.Join(boots, strconv.Itoa(seqs[0]))); err != nil {
-			return archive, fmt.Errorf("removing the logs of an old boot: %w", err)
+			return fmt.Errorf("removing the logs of an old boot: %w", err)
 		}
 		seqs = seqs[1:]
 	}
-	return archive, nil
+	return nil
 }
 
 // Boot is the archive of the boot n boots before this one (n >= 1), or an error naming the

@@ -212,3 +212,28 @@ func TestSwapOnTellsTheKubelet(t *testing.T) {
 		t.Error("kubelet-arg is not a k3s agent flag in the test's list")
 	}
 }
+
+// TestKubeletLogsConfig: the node log query is on for every kubelet, and the feature gate is
+// named only where the kubelet still has it (before Kubernetes 1.36, when it went GA and is
+// to be removed).
+func TestKubeletLogsConfig(t *testing.T) {
+	for _, tt := range []struct {
+		version string
+		gate    bool
+	}{
+		{"v1.35.4+k3s1", true},
+		{"v1.32.0+k3s1", true},
+		{"v1.36.3+k3s1", false},
+		{"v1.40.0+k3s2", false},
+		{"", false}, // the stand-in's, newer
+		{"not a version", false},
+	} {
+		c := string(KubeletLogsConfig(tt.version))
+		if !strings.Contains(c, "kind: KubeletConfiguration\n") || !strings.Contains(c, "enableSystemLogQuery: true\n") || !strings.Contains(c, "enableSystemLogHandler: true\n") {
+			t.Errorf("%q: the drop-in does not turn the log query on:\n%s", tt.version, c)
+		}
+		if got := strings.Contains(c, "NodeLogQuery: true"); got != tt.gate {
+			t.Errorf("%q: feature gate named %v; want %v", tt.version, got, tt.gate)
+		}
+	}
+}
