@@ -1,0 +1,292 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"liken.dev/liken/internal/logfile"
+)
+
+// components are the logs `liken logs` reads, by --component: the file names init keeps in
+// /var/log on the machine (internal/initd logs.go).
+var components = map[string]string{"init": "liken-init", "agent": "liken-agent", "k3s": "k3s", "kernel": "kernel"}
+
+func newLogs() *cobra.Command {
+	var (
+		k         kubeFlags
+		component string
+		boot      int
+		tail      int
+		follow    bool
+		every     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "logs MACHINE",
+		Short: "print a machine's logs (init's, the agent's, k3s's or the kernel's) through the Kubernetes API",
+		Long: `Prints a machine's own logs, which it keeps on its state partition under /var/log (this
+boot's, and those of the boots before, as many as the Cluster's spec.logs.bootsKept):
+init's lines (the console's), the kernel's messages, the agent's and k3s's output. They are
+read through the API server from the machine's kubelet (GET
+/api/v1/nodes/MACHINE/proxy/logs/...), so no shell is needed, and who may read them is the
+cluster's own RBAC: the verb get on nodes/proxy.
+
+--boot -1 reads the boot before this one, -2 the one before that. -f follows this boot's
+log as it grows, across a reboot of the machine too (it starts again from the new boot's
+first line).`,
+		Example: `  liken logs worker-7
+  liken logs worker-7 --component init --boot -1
+  liken logs server-1 --component k3s --tail 100 -f
+  kubectl get --raw "/api/v1/nodes/worker-7/proxy/logs/?query=liken-agent"   # the same file`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, ok := components[component]
+			if !ok {
+				return usageErr("--component %q: give one of init, agent, k3s, kernel", component)
+			}
+			if boot > 0 {
+				return usageErr("--boot %d: give 0 (this boot) or a negative number (-1: the boot before)", boot)
+			}
+			if follow && boot != 0 {
+				return usageErr("-f follows this boot's log: leave --boot out")
+			}
+			if tail < -1 {
+				return usageErr("--tail %d: give a number of lines, or -1 for all", tail)
+			}
+			cc, _ := k.client()
+			cfg, err := cc.ClientConfig()
+			if err != nil {
+				return fmt.Errorf("reading the kubeconfig: %w", err)
+			}
+			nl, err := newNodeLogs(cfg, args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			dir := ""
+			if boot < 0 {
+				if dir, err = nl.bootDir(ctx, -boot); err != nil {
+					return err
+				}
+			}
+			text, size, err := nl.read(ctx, dir, name)
+			if err != nil {
+				return err
+			}
+			if tail >= 0 {
+				text = lastLines(text, tail)
+			}
+			out.Write(text)
+			if !follow {
+				return nil
+			}
+			return nl.follow(ctx, name, size, every, out)
+		},
+	}
+	cmd.Flags().StringVar(&component, "component", "agent", "whose log: init, agent, k3s or kernel")
+	cmd.Flags().IntVar(&boot, "boot", 0, "which boot: 0 this one, -1 the one before, ...")
+	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines (-1: all)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing this boot's log as it grows")
+	cmd.Flags().DurationVar(&every, "poll", 2*time.Second, "with -f, how often to look for new lines")
+	cmd.Flags().MarkHidden("poll")
+	k.add(cmd)
+	return cmd
+}
+
+// nodeLogs reads one machine's log files through the API server's proxy to its kubelet.
+type nodeLogs struct {
+	rc   rest.Interface
+	node string
+}
+
+func newNodeLogs(cfg *rest.Config, node string) (*nodeLogs, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeLogs{rc: cs.CoreV1().RESTClient(), node: node}, nil
+}
+
+// get fetches /logs/PATH from the node's kubelet (a directory's listing when PATH ends in
+// "/"), with a Range header when from > 0. It returns the body and the status code; a
+// range past the end is no error.
+func (n *nodeLogs) get(ctx context.Context, path string, from int64) ([]byte, int, error) {
+	// One segment: AbsPath keeps its trailing slash, which a directory's listing needs.
+	req := n.rc.Get().AbsPath("/api/v1/nodes/" + n.node + "/proxy/logs/" + path)
+	if from > 0 {
+		req = req.SetHeader("Range", fmt.Sprintf("bytes=%d-", from))
+	}
+	var code int
+	body, err := req.Do(ctx).StatusCode(&code).Raw()
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Code == http.StatusRequestedRangeNotSatisfiable {
+		return nil, http.StatusRequestedRangeNotSatisfiable, nil
+	}
+	if err != nil {
+		return nil, code, n.explain(path, err)
+	}
+	return body, code, nil
+}
+
+// explain turns the API server's refusals into what the user can do about them.
+func (n *nodeLogs) explain(path string, err error) error {
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("reading %s's logs: the cluster does not let you (the verb get on nodes/proxy: kubectl auth can-i get nodes/proxy): %w", n.node, err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("reading %s's logs: no %s there (is %s a machine of this cluster, running a liken that keeps its logs?): %w", n.node, "/var/log/"+path, n.node, err)
+	}
+	return fmt.Errorf("reading %s's logs (/var/log/%s): %w", n.node, path, err)
+}
+
+var hrefRE = regexp.MustCompile(`<a href="([^"]+)">`)
+
+// list names the entries of a directory under /var/log, from the kubelet's listing.
+func (n *nodeLogs) list(ctx context.Context, dir string) ([]string, error) {
+	body, _, err := n.get(ctx, dir+"/", 0)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, m := range hrefRE.FindAllSubmatch(body, -1) {
+		names = append(names, string(m[1]))
+	}
+	return names, nil
+}
+
+// bootDir is the directory of the boot back boots before this one.
+func (n *nodeLogs) bootDir(ctx context.Context, back int) (string, error) {
+	entries, err := n.list(ctx, logfile.BootsDir)
+	if err != nil {
+		return "", fmt.Errorf("listing the boots whose logs %s keeps: %w", n.node, err)
+	}
+	var seqs []int
+	for _, e := range entries {
+		if s, err := strconv.Atoi(strings.TrimSuffix(e, "/")); err == nil && strings.HasSuffix(e, "/") {
+			seqs = append(seqs, s)
+		}
+	}
+	sort.Ints(seqs)
+	if back > len(seqs) {
+		return "", fmt.Errorf("%s keeps the logs of %d boots before this one, not %d (the Cluster's spec.logs.bootsKept)", n.node, len(seqs), back)
+	}
+	return fmt.Sprintf("%s/%d", logfile.BootsDir, seqs[len(seqs)-back]), nil
+}
+
+// read is a component's whole log in dir: its rotated file (NAME.log.1, older) and then
+// NAME.log, with NAME.log's size, from which -f goes on.
+func (n *nodeLogs) read(ctx context.Context, dir, name string) ([]byte, int64, error) {
+	entries, err := n.list(ctx, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	var files []string
+	for k := 9; k >= 1; k-- {
+		if f := fmt.Sprintf("%s.log.%d", name, k); slices.Contains(entries, f) {
+			files = append(files, f)
+		}
+	}
+	if !slices.Contains(entries, name+".log") {
+		where := "this boot"
+		if dir != "" {
+			where = "that boot"
+		}
+		return nil, 0, fmt.Errorf("%s has no %s.log for %s (kept in /var/log%s: %s)", n.node, name, where, strings.TrimPrefix("/"+dir, "/"), strings.Join(entries, " "))
+	}
+	files = append(files, name+".log")
+	var all []byte
+	var size int64
+	for _, f := range files {
+		p := f
+		if dir != "" {
+			p = dir + "/" + f
+		}
+		body, _, err := n.get(ctx, p, 0)
+		if err != nil {
+			return nil, 0, err
+		}
+		all = append(all, body...)
+		size = int64(len(body))
+	}
+	return all, size, nil
+}
+
+// follow prints what is appended to this boot's NAME.log from offset on, every poll, until
+// ctx ends. A file smaller than what was read (rotated, or a new boot's) is read from its
+// start.
+func (n *nodeLogs) follow(ctx context.Context, name string, offset int64, poll time.Duration, out io.Writer) error {
+	said := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(poll):
+		}
+		body, code, err := n.get(ctx, name+".log", offset)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			// The machine rebooting, the API server away: say so once, and keep looking.
+			if err.Error() != said {
+				said = err.Error()
+				fmt.Fprintf(out, "liken logs: %v (still following)\n", err)
+			}
+			continue
+		case code == http.StatusRequestedRangeNotSatisfiable:
+			// Nothing new, or a shorter file: see which.
+			whole, _, err := n.get(ctx, name+".log", 0)
+			if err == nil && int64(len(whole)) < offset {
+				out.Write(whole)
+				offset = int64(len(whole))
+			}
+			continue
+		case code == http.StatusOK && offset > 0:
+			// The Range was ignored: the whole file came back.
+			if int64(len(body)) >= offset {
+				body = body[offset:]
+			}
+		}
+		said = ""
+		out.Write(body)
+		offset += int64(len(body))
+	}
+}
+
+// lastLines is the last n lines of b.
+func lastLines(b []byte, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	end := len(b)
+	if end > 0 && b[end-1] == '\n' {
+		end--
+	}
+	i := end
+	for k := 0; k < n; k++ {
+		j := bytes.LastIndexByte(b[:i], '\n')
+		if j < 0 {
+			return b
+		}
+		i = j
+		if k == n-1 {
+			return b[i+1:]
+		}
+	}
+	return b[i+1:]
+}
