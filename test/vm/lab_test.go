@@ -440,6 +440,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if n := strings.Count(string(chlog), "/"+v2+"/slot.img"); n != 2 {
 		t.Errorf("the channel served %s's slot image %d times; want 2 (once per machine)\n%s", v2, n, chlog)
 	}
+	logsSeen := machineLogs(t, liken, kc)
 
 	// A server's network trial that cuts it off from its agent falls back, in a cluster with
 	// no API server but the server's own: the server's agent reaches its own k3s over
@@ -604,6 +605,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if left, err := lab.Leftovers(dir); err != nil || len(left) > 0 {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
+	report.Line("%s (lab, TCG)", logsSeen)
 	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d; fewest others ready as one was evicted: %d); the server's network trial cut from its agent, approval to the fallback reported %s (ended by the agent's peer wait; trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
 		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, upgradeSeen.fewestAtEviction, netTook.Round(time.Second), trialDeadline, added.Round(time.Second))
 }
