@@ -102,7 +102,7 @@ fails.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
-		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newRollout(), newStatus(), newLogs(), newLab(), newDiff())
+		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newRollout(), newStatus(), newLogs(), newSupport(), newLab(), newDiff())
 	for _, p := range planned {
 		p := p
 		root.AddCommand(&cobra.Command{

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/syncbuf"
 	"liken.dev/liken/test/apiserver"
 )
@@ -215,6 +220,137 @@ func TestLastLines(t *testing.T) {
 	} {
 		if got := string(lastLines([]byte(tt.in), tt.n)); got != tt.want {
 			t.Errorf("lastLines(%q, %d) = %q; want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}
+
+// TestSupportBundle: liken support writes the Cluster, the named Machines and their Nodes,
+// liken's Events and each machine's logs into one archive, lists it, names what it could not
+// collect (a machine with no Node) and writes the rest; no Secret's value, k3s token or
+// password is anywhere in it, though the machine's log and the Cluster's annotations hold
+// them.
+func TestSupportBundle(t *testing.T) {
+	const password, token = "hunter2-registry-password", "K10aaaabbbbccccddddeeeeffff00001111::server:0123456789abcdef"
+	lc, err := kube.NewClient(env.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureCluster(t, lc)
+	admin := kubernetes.NewForConfigOrDie(env.Admin)
+	admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SecretNamespace}}, metav1.CreateOptions{})
+	if _, err := admin.CoreV1().Secrets(v1alpha1.SecretNamespace).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "support-reg"},
+		Data: map[string][]byte{"username": []byte("liken-puller"), "password": []byte(password)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cl.Spec.Registries
+	cl.Spec.Registries = &v1alpha1.Registries{Configs: []v1alpha1.RegistryConfig{{Host: "registry.example.com", AuthSecret: &v1alpha1.SecretReference{Name: "support-reg"}}}}
+	cl.Annotations = map[string]string{"example.com/note": "the password is " + password}
+	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cl, err := lc.Cluster(context.Background()); err == nil {
+			cl.Spec.Registries, cl.Annotations = before, nil
+			lc.UpdateCluster(context.Background(), cl)
+		}
+	})
+	for _, name := range []string{"support-s1", "support-s2"} {
+		if _, err := lc.CreateMachine(t.Context(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: v1alpha1.RoleServer}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	logNode(t, "support-s1", dir)
+	writeLogs(t, dir, map[string]string{
+		"liken-init.log":               "liken-init: this boot\n",
+		"liken-agent.log":              `{"msg":"pulling","auth":"` + password + `"}` + "\n",
+		"k3s.log":                      "k3s: joining with token " + token + "\n",
+		"kernel.log":                   "[    0.000000] Linux version\n",
+		"liken/boots/3/liken-init.log": "liken-init: the boot before\n",
+	})
+	if _, err := admin.CoreV1().Events("default").Create(t.Context(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "support-s1.1"},
+		InvolvedObject: corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Machine", Name: "support-s1"},
+		Reason:         "Committed", Message: "the trial boot of slot B is healthy", Type: corev1.EventTypeNormal, LastTimestamp: metav1.Now()}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := apiserver.WriteKubeconfig(kc, env.Admin); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "support.tar.gz")
+	code, stdout, errOut := run(t, "support", "support-s1", "support-s2", "-o", out, "--kubeconfig", kc)
+	if code != 0 || !strings.Contains(stdout, "logs/support-s1/k3s.log") || !strings.Contains(stdout, "not collected (errors.txt)") {
+		t.Fatalf("liken support: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	files := untar(t, out)
+	for name, want := range map[string]string{
+		"liken-support/cluster.yaml":                          "registry.example.com",
+		"liken-support/machines/support-s1.yaml":              "name: support-s1",
+		"liken-support/nodes/support-s1.yaml":                 "name: support-s1",
+		"liken-support/events.txt":                            "Machine/support-s1\tCommitted",
+		"liken-support/logs/support-s1/liken-init.log":        "liken-init: this boot",
+		"liken-support/logs/support-s1/before/liken-init.log": "liken-init: the boot before",
+		"liken-support/logs/support-s1/liken-agent.log":       "[redacted: Secret liken-system/support-reg password]",
+		"liken-support/logs/support-s1/k3s.log":               "[redacted: k3s token]",
+		"liken-support/errors.txt":                            "support-s2",
+		"liken-support/README.txt":                            "Left out: every Secret",
+	} {
+		if !strings.Contains(files[name], want) {
+			t.Errorf("%s does not hold %q:\n%s", name, want, files[name])
+		}
+	}
+	for name, body := range files {
+		if strings.Contains(body, password) || strings.Contains(body, "0123456789abcdef") || strings.Contains(body, "managedFields") {
+			t.Errorf("%s holds a secret or managedFields:\n%s", name, body)
+		}
+	}
+}
+
+func untar(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = string(b)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	b := &bundle{secrets: map[string]string{"s3cr3t-value": "[redacted: Secret x/y k]"}}
+	for in, want := range map[string]string{
+		"auth s3cr3t-value here":                      "auth [redacted: Secret x/y k] here",
+		"token=abcdef123456 next":                     "token=[redacted] next",
+		`{"password": "p4ssw0rd!"}`:                   `{"password": "[redacted]"}`,
+		"Authorization: Bearer abc.def-ghi_jkl":       "Authorization: Bearer [redacted]",
+		"jwt eyJhbGciOiJSUzI1.eyJzdWIiOiJzeXN0.sig-1": "jwt [redacted: JSON web token]",
+		"the tokenFile is unrelated":                  "the tokenFile is unrelated",
+	} {
+		if got := string(b.redact([]byte(in))); got != want {
+			t.Errorf("redact(%q) = %q; want %q", in, got, want)
 		}
 	}
 }

@@ -440,7 +440,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if n := strings.Count(string(chlog), "/"+v2+"/slot.img"); n != 2 {
 		t.Errorf("the channel served %s's slot image %d times; want 2 (once per machine)\n%s", v2, n, chlog)
 	}
-	logsSeen := machineLogs(t, liken, kc)
+	logsSeen := machineLogs(t, liken, kc) + "; " + supportBundle(t, liken, kc, dir)
 
 	// A server's network trial that cuts it off from its agent falls back, in a cluster with
 	// no API server but the server's own: the server's agent reaches its own k3s over

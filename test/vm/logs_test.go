@@ -1,7 +1,11 @@
 package vm
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -63,4 +67,49 @@ func machineLogs(t *testing.T, liken func(...string) (string, error), kc string)
 	}
 	return fmt.Sprintf("liken logs through the API server and the kubelet, slowest read %s; bytes lab-agent-1's components wrote in its first boot (from lab up to its upgrade's reboot): %s",
 		slowest.Round(10*time.Millisecond), strings.Join(sizes, ", "))
+}
+
+// supportBundle (issue 30): `liken support` against the lab writes one archive with each
+// machine's logs and objects, and nowhere in it the passwords of the cluster's join tokens
+// (the lab's identity; a Secret's values are proven kept out by internal/cli's
+// TestSupportBundle). It returns a line for the report.
+func supportBundle(t *testing.T, liken func(...string) (string, error), kc, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "support.tar.gz")
+	start := time.Now()
+	listing, err := liken("support", "-o", out, "--kubeconfig", kc)
+	took := time.Since(start)
+	if err != nil {
+		t.Errorf("liken support: %v\n%s", err, listing)
+		return "liken support failed"
+	}
+	for _, want := range []string{"cluster.yaml", "machines/lab-agent-1.yaml", "nodes/lab-server-1.yaml", "events.txt",
+		"logs/lab-agent-1/liken-agent.log", "logs/lab-server-1/k3s.log", "logs/lab-server-1/before/liken-init.log"} {
+		if !strings.Contains(listing, want) {
+			t.Errorf("liken support's archive lists no %s:\n%s", want, listing)
+		}
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := io.ReadAll(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"token-password", "agent-token-password"} {
+		secret, err := os.ReadFile(filepath.Join(dir, "identity", f))
+		if err != nil || len(bytes.TrimSpace(secret)) < 8 {
+			t.Errorf("reading the lab's %s: %v", f, err)
+			continue
+		}
+		if bytes.Contains(all, bytes.TrimSpace(secret)) {
+			t.Errorf("the support archive holds the cluster's %s", f)
+		}
+	}
+	return fmt.Sprintf("liken support of the lab's 2 machines: %d bytes gzipped (%d unpacked) in %s", len(raw), len(all), took.Round(100*time.Millisecond))
 }
