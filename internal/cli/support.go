@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -108,14 +110,7 @@ func (b *bundle) put(name string, obj metav1.Object, v any) {
 	b.files[name] = y
 }
 
-func (b *bundle) names() []string {
-	var n []string
-	for f := range b.files {
-		n = append(n, f)
-	}
-	sort.Strings(n)
-	return n
-}
+func (b *bundle) names() []string { return slices.Sorted(maps.Keys(b.files)) }
 
 // collectSupport reads what the archive holds; machines empty means every Machine.
 func collectSupport(ctx context.Context, cfg *rest.Config, machines []string, warn io.Writer) (*bundle, error) {
