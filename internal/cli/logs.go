@@ -34,6 +34,7 @@ func newLogs() *cobra.Command {
 		tail      int
 		follow    bool
 		every     time.Duration
+		since     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "logs MACHINE",
@@ -47,10 +48,14 @@ cluster's own RBAC: the verb get on nodes/proxy.
 
 --boot -1 reads the boot before this one, -2 the one before that. -f follows this boot's
 log as it grows, across a reboot of the machine too (it starts again from the new boot's
-first line).`,
+first line). --since 1h prints only the lines written in the last hour, by each line's own
+time (init's lines carry the time they were written, the agent's and k3s's their logs'
+timestamps; a line without one goes with the line before it); the kernel's lines carry the
+time since boot, so --since does not apply to them.`,
 		Example: `  liken logs worker-7
   liken logs worker-7 --component init --boot -1
   liken logs server-1 --component k3s --tail 100 -f
+  liken logs worker-7 --since 30m
   kubectl get --raw "/api/v1/nodes/worker-7/proxy/logs/?query=liken-agent"   # the same file`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -66,6 +71,12 @@ first line).`,
 			}
 			if tail < -1 {
 				return usageErr("--tail %d: give a number of lines, or -1 for all", tail)
+			}
+			if since < 0 {
+				return usageErr("--since %s: give how far back, such as 30m or 2h", since)
+			}
+			if since > 0 && component == "kernel" {
+				return usageErr("--since: the kernel's lines carry the time since boot, not a date; use --tail")
 			}
 			cc, _ := k.client()
 			cfg, err := cc.ClientConfig()
@@ -88,6 +99,9 @@ first line).`,
 			if err != nil {
 				return err
 			}
+			if since > 0 {
+				text = linesSince(text, time.Now().Add(-since))
+			}
 			if tail >= 0 {
 				text = lastLines(text, tail)
 			}
@@ -101,6 +115,7 @@ first line).`,
 	cmd.Flags().StringVar(&component, "component", "agent", "whose log: init, agent, k3s or kernel")
 	cmd.Flags().IntVar(&boot, "boot", 0, "which boot: 0 this one, -1 the one before, ...")
 	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines (-1: all)")
+	cmd.Flags().DurationVar(&since, "since", 0, "print only the lines of the last DURATION (such as 30m), by each line's time")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing this boot's log as it grows")
 	cmd.Flags().DurationVar(&every, "poll", 2*time.Second, "with -f, how often to look for new lines")
 	cmd.Flags().MarkHidden("poll")
@@ -289,4 +304,66 @@ func lastLines(b []byte, n int) []byte {
 		}
 	}
 	return b[i+1:]
+}
+
+// Where a line's time is, in the logs liken keeps: init's lines start with it (RFC 3339),
+// the agent's are JSON with "time", k3s's own (logrus) have time="...", and the Kubernetes
+// components' (klog) start with a severity, the month and day, and the time of day.
+var (
+	rfc3339Start = regexp.MustCompile(`^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2}))\s`)
+	jsonTime     = regexp.MustCompile(`"time":"([^"]+)"`)
+	logrusTime   = regexp.MustCompile(`\btime="([^"]+)"`)
+	klogTime     = regexp.MustCompile(`^[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+) `)
+)
+
+// lineTime is the time a log line says it was written, if it says.
+func lineTime(line []byte, now time.Time) (time.Time, bool) {
+	for _, re := range []*regexp.Regexp{rfc3339Start, jsonTime, logrusTime} {
+		if m := re.FindSubmatch(line); m != nil {
+			if t, err := time.Parse(time.RFC3339Nano, string(m[1])); err == nil {
+				return t, true
+			}
+		}
+	}
+	if m := klogTime.FindSubmatch(line); m != nil {
+		// klog gives no year: this year's, unless that is in the future (December's lines
+		// read in January).
+		for _, y := range []int{now.Year(), now.Year() - 1} {
+			t, err := time.ParseInLocation("2006-01-02 15:04:05.999999", fmt.Sprintf("%d-%s-%s %s", y, m[1], m[2], m[3]), time.Local)
+			if err == nil && !t.After(now.Add(24*time.Hour)) {
+				return t, true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+// linesSince keeps the lines written at or after from, by each line's own time; a line
+// without one goes with the line before it (a continuation), and lines before the first
+// that has one go with that first one.
+func linesSince(b []byte, from time.Time) []byte {
+	now := time.Now()
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	keep := make([]bool, len(lines))
+	verdict, known := false, false
+	firstKnown := -1
+	for i, l := range lines {
+		if t, ok := lineTime(l, now); ok {
+			verdict, known = !t.Before(from), true
+			if firstKnown < 0 {
+				firstKnown = i
+			}
+		}
+		keep[i] = known && verdict
+	}
+	for i := 0; i < firstKnown; i++ {
+		keep[i] = keep[firstKnown]
+	}
+	var out []byte
+	for i, l := range lines {
+		if keep[i] {
+			out = append(out, l...)
+		}
+	}
+	return out
 }

@@ -136,6 +136,16 @@ func TestLogsThroughTheNodeProxy(t *testing.T) {
 		})
 	}
 
+	// --since, by each line's own time (init's stamped lines).
+	old, recent := time.Now().Add(-2*time.Hour).UTC().Format(time.RFC3339Nano), time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	writeLogs(t, dir, map[string]string{"liken-init.log": old + " liken-init: two hours ago\n" + recent + " liken-init: a minute ago\n"})
+	if code, out, errOut := run(t, "logs", "logs-m1", "--component", "init", "--since", "1h", "--kubeconfig", kc); code != 0 || out != recent+" liken-init: a minute ago\n" {
+		t.Errorf("liken logs --since 1h: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "logs", "logs-m1", "--component", "kernel", "--since", "1h", "--kubeconfig", kc); code != 2 || !strings.Contains(errOut, "time since boot") {
+		t.Errorf("liken logs --since of the kernel's: exit %d, %q", code, errOut)
+	}
+
 	// A user the cluster does not let read node logs, then one it does (RBAC's nodes/proxy).
 	user, err := env.UserConfig("log-reader")
 	if err != nil {
@@ -351,6 +361,29 @@ func TestRedact(t *testing.T) {
 	} {
 		if got := string(b.redact([]byte(in))); got != want {
 			t.Errorf("redact(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
+
+func TestLinesSince(t *testing.T) {
+	from := time.Now().Add(-time.Hour)
+	old, recent := from.Add(-time.Minute).UTC(), from.Add(time.Minute).UTC()
+	klog := func(t time.Time) string { return t.Local().Format("I0102 15:04:05.000000") }
+	for _, tt := range []struct {
+		name, in, want string
+	}{
+		{"init's stamped lines", old.Format(time.RFC3339Nano) + " liken-init: a\n" + recent.Format(time.RFC3339Nano) + " liken-init: b\n",
+			recent.Format(time.RFC3339Nano) + " liken-init: b\n"},
+		{"the agent's JSON, a continuation with its line", `{"time":"` + old.Format(time.RFC3339Nano) + `","msg":"a"}` + "\n  more of a\n" + `{"time":"` + recent.Format(time.RFC3339Nano) + `","msg":"b"}` + "\n  more of b\n",
+			`{"time":"` + recent.Format(time.RFC3339Nano) + `","msg":"b"}` + "\n  more of b\n"},
+		{"k3s's logrus and klog lines", `time="` + old.Format(time.RFC3339) + `" level=info msg=a` + "\n" + klog(recent) + " 1 x.go:1] b\n",
+			klog(recent) + " 1 x.go:1] b\n"},
+		{"lines before the first time go with it", "k3s-standin: starting\n" + `time="` + recent.Format(time.RFC3339) + `" msg=b` + "\n",
+			"k3s-standin: starting\n" + `time="` + recent.Format(time.RFC3339) + `" msg=b` + "\n"},
+		{"no time at all: nothing is known to be recent", "a\nb\n", ""},
+	} {
+		if got := string(linesSince([]byte(tt.in), from)); got != tt.want {
+			t.Errorf("%s: linesSince = %q; want %q", tt.name, got, tt.want)
 		}
 	}
 }

@@ -307,5 +307,3 @@ func (b *bundle) archive() ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
-
-

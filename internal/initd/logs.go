@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/logfile"
@@ -78,24 +79,47 @@ func (l *logSink) close() {
 
 // initLog is init's own log: every line to the console, and to liken-init.log once the
 // state partition is mounted; the lines before it are held (up to earlyMax) and written
-// first.
+// first. In the file each line starts with the time it was written (the console's lines
+// have none), as the clock read then, so `liken logs --since` can select them.
 type initLog struct {
 	console io.Writer
 	mu      sync.Mutex
 	early   []byte
 	sink    *logSink
+	// now is the clock; nil means time.Now.
+	now func() time.Time
 }
 
 func (l *initLog) Write(p []byte) (int, error) {
 	n, err := l.console.Write(p)
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	stamped := stampLines(p, now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sink != nil {
-		l.sink.write(p)
-	} else if len(l.early)+len(p) <= earlyMax {
-		l.early = append(l.early, p...)
+		l.sink.write(stamped)
+	} else if len(l.early)+len(stamped) <= earlyMax {
+		l.early = append(l.early, stamped...)
 	}
 	return n, err
+}
+
+// stampLines puts t (RFC 3339, UTC, to the millisecond) and a space before each line of p.
+func stampLines(p []byte, t time.Time) []byte {
+	stamp := t.UTC().AppendFormat(nil, "2006-01-02T15:04:05.000Z07:00 ")
+	out := make([]byte, 0, len(p)+len(stamp)*(1+bytes.Count(p, []byte("\n"))))
+	for len(p) > 0 {
+		line := p
+		if i := bytes.IndexByte(p, '\n'); i >= 0 {
+			line = p[:i+1]
+		}
+		out = append(append(out, stamp...), line...)
+		p = p[len(line):]
+	}
+	return out
 }
 
 func (l *initLog) attach(s *logSink) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"liken.dev/liken/internal/logfile"
 	"liken.dev/liken/internal/syncbuf"
@@ -56,7 +57,8 @@ func readFile(t *testing.T, path string) string {
 // (the shutdown's last) reaches the console only.
 func TestInitLogHoldsEarlyLines(t *testing.T) {
 	var console syncbuf.Buffer
-	l := &initLog{console: &console}
+	at := time.Date(2026, 12, 6, 20, 52, 15, 123456789, time.UTC)
+	l := &initLog{console: &console, now: func() time.Time { return at }}
 	io.WriteString(l, "liken-init: system stage\n")
 	io.WriteString(l, "liken-init: mounting\n")
 	sink, path := openSink(t, &console)
@@ -64,10 +66,11 @@ func TestInitLogHoldsEarlyLines(t *testing.T) {
 	io.WriteString(l, "liken-init: logs open\n")
 	sink.close()
 	io.WriteString(l, "liken-init: shutdown clean\n")
-	if got, want := readFile(t, path), "liken-init: system stage\nliken-init: mounting\nliken-init: logs open\n"; got != want {
+	stamp := "2026-12-06T20:52:15.123Z "
+	if got, want := readFile(t, path), stamp+"liken-init: system stage\n"+stamp+"liken-init: mounting\n"+stamp+"liken-init: logs open\n"; got != want {
 		t.Errorf("init's log file holds %q; want %q", got, want)
 	}
-	if got := console.String(); strings.Count(got, "\n") != 4 || !strings.HasSuffix(got, "shutdown clean\n") {
+	if got := console.String(); strings.Count(got, "\n") != 4 || !strings.HasSuffix(got, "shutdown clean\n") || strings.Contains(got, stamp) {
 		t.Errorf("the console has %q; want all four lines", got)
 	}
 }
@@ -130,5 +133,19 @@ func TestLogSinkFailsOnce(t *testing.T) {
 	sink.write([]byte("two\n"))
 	if got := console.String(); strings.Count(got, "liken-init: writing") != 1 || !strings.Contains(got, "the console still has every line") {
 		t.Errorf("the console says %q; want the failure once", got)
+	}
+}
+
+func TestStampLines(t *testing.T) {
+	at := time.Date(2026, 12, 6, 1, 2, 3, 0, time.FixedZone("x", 3600))
+	for in, want := range map[string]string{
+		"one\n":      "2026-12-06T00:02:03.000Z one\n",
+		"one\ntwo\n": "2026-12-06T00:02:03.000Z one\n2026-12-06T00:02:03.000Z two\n",
+		"no newline": "2026-12-06T00:02:03.000Z no newline",
+		"":           "",
+	} {
+		if got := string(stampLines([]byte(in), at)); got != want {
+			t.Errorf("stampLines(%q) = %q; want %q", in, got, want)
+		}
 	}
 }
