@@ -109,7 +109,7 @@ time since boot, so --since does not apply to them.`,
 			if !follow {
 				return nil
 			}
-			return nl.follow(ctx, name, size, every, out)
+			return nl.follow(ctx, name, size, every, out, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&component, "component", "agent", "whose log: init, agent, k3s or kernel")
@@ -243,8 +243,9 @@ func (n *nodeLogs) read(ctx context.Context, dir, name string) ([]byte, int64, e
 
 // follow prints what is appended to this boot's NAME.log from offset on, every poll, until
 // ctx ends. A file smaller than what was read (rotated, or a new boot's) is read from its
-// start.
-func (n *nodeLogs) follow(ctx context.Context, name string, offset int64, poll time.Duration, out io.Writer) error {
+// start. A failed read is said once on errOut (the machine rebooting, the API server away),
+// and following goes on.
+func (n *nodeLogs) follow(ctx context.Context, name string, offset int64, poll time.Duration, out, errOut io.Writer) error {
 	said := ""
 	for {
 		select {
@@ -260,7 +261,7 @@ func (n *nodeLogs) follow(ctx context.Context, name string, offset int64, poll t
 			// The machine rebooting, the API server away: say so once, and keep looking.
 			if err.Error() != said {
 				said = err.Error()
-				fmt.Fprintf(out, "liken logs: %v (still following)\n", err)
+				fmt.Fprintf(errOut, "liken logs: %v (still following)\n", err)
 			}
 			continue
 		case code == http.StatusRequestedRangeNotSatisfiable:

@@ -190,7 +190,10 @@ func TestLogsThroughTheNodeProxy(t *testing.T) {
 	var out syncbuf.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- nl.follow(ctx, "k3s", int64(len("k3s: this boot\n")), 50*time.Millisecond, &out) }()
+	var followErr syncbuf.Buffer
+	go func() {
+		done <- nl.follow(ctx, "k3s", int64(len("k3s: this boot\n")), 50*time.Millisecond, &out, &followErr)
+	}()
 	f, err := os.OpenFile(filepath.Join(dir, "k3s.log"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +216,9 @@ func TestLogsThroughTheNodeProxy(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("-f ended with %v", err)
+	}
+	if followErr.String() != "" {
+		t.Errorf("-f said errors where every read worked: %q", followErr.String())
 	}
 }
 
