@@ -22,9 +22,9 @@ import (
 	"liken.dev/liken/internal/logfile"
 )
 
-// components are the logs `liken logs` reads, by --component: the file names init keeps in
-// /var/log on the machine (internal/initd logs.go).
-var components = map[string]string{"init": "liken-init", "agent": "liken-agent", "k3s": "k3s", "kernel": "kernel"}
+// components are the logs `liken logs` reads, by --component: the names init keeps them by
+// in /var/log on the machine (internal/logfile).
+var components = map[string]string{"init": logfile.Init, "agent": logfile.Agent, "k3s": logfile.K3s, "kernel": logfile.Kernel}
 
 func newLogs() *cobra.Command {
 	var (

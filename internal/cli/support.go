@@ -25,6 +25,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/atomicfile"
 	"liken.dev/liken/internal/kube"
+	"liken.dev/liken/internal/logfile"
 )
 
 func newSupport() *cobra.Command {
@@ -144,12 +145,7 @@ func collectSupport(ctx context.Context, cfg *rest.Config, machines []string, wa
 		}
 	}
 	for _, name := range names {
-		i := -1
-		for j := range all {
-			if all[j].Name == name {
-				i = j
-			}
-		}
+		i := slices.IndexFunc(all, func(m v1alpha1.Machine) bool { return m.Name == name })
 		if i < 0 {
 			return nil, fmt.Errorf("no Machine %s in this cluster", name)
 		}
@@ -205,7 +201,7 @@ func (b *bundle) machineLogs(ctx context.Context, cfg *rest.Config, name string,
 		b.fail("%s's logs: %v", name, err)
 		return
 	}
-	for _, c := range []string{"liken-init", "kernel", "liken-agent", "k3s"} {
+	for _, c := range logfile.Components {
 		text, _, err := nl.read(ctx, "", c)
 		if err != nil {
 			b.fail("%s's %s log: %v", name, c, err)
@@ -220,8 +216,8 @@ func (b *bundle) machineLogs(ctx context.Context, cfg *rest.Config, name string,
 	dir, err := nl.bootDir(ctx, 1)
 	if err == nil {
 		var text []byte
-		if text, _, err = nl.read(ctx, dir, "liken-init"); err == nil {
-			b.files["logs/"+name+"/before/liken-init.log"] = text
+		if text, _, err = nl.read(ctx, dir, logfile.Init); err == nil {
+			b.files["logs/"+name+"/before/"+logfile.Init+".log"] = text
 		}
 	}
 	if err != nil {

@@ -35,17 +35,6 @@ const (
 	earlyMax = 256 << 10
 )
 
-// Components' log names: /var/log/NAME.log. k3s.log is where k3s's own service scripts
-// (openrc) send its output, and what a node log query for "k3s" finds without journald.
-const (
-	logInit   = "liken-init"
-	logKernel = "kernel"
-	logAgent  = "liken-agent"
-	logK3s    = "k3s"
-)
-
-var logNames = []string{logInit, logKernel, logAgent, logK3s}
-
 // logSink is one component's file, which may be closed (at shutdown, before the state
 // partition is unmounted) while its writers still run: a write after that is dropped, the
 // console having it. The first failed write is said on the console once.
@@ -138,12 +127,12 @@ type logs struct {
 // lines so far first), and the kernel's, copied from /dev/kmsg from the ring buffer's start.
 // Run once the state partition is mounted.
 func (s *system) openLogs() {
-	archive, err := logfile.ArchiveBoot(logDir, logNames, logBootsBound)
+	archive, err := logfile.ArchiveBoot(logDir, logfile.Components, logBootsBound)
 	if err != nil {
 		fmt.Fprintf(s.log, "liken-init: keeping the last boot's logs: %v\n", err)
 	}
 	s.logs = &logs{sinks: map[string]*logSink{}}
-	for _, name := range logNames {
+	for _, name := range logfile.Components {
 		w, err := logfile.Open(filepath.Join(logDir, name+".log"), logMax, logRotated)
 		if err != nil {
 			fmt.Fprintf(s.log, "liken-init: %v; its lines go to the console only\n", err)
@@ -151,18 +140,18 @@ func (s *system) openLogs() {
 		}
 		s.logs.sinks[name] = &logSink{console: os.Stdout, w: w}
 	}
-	if il, ok := s.log.(*initLog); ok && s.logs.sinks[logInit] != nil {
-		il.attach(s.logs.sinks[logInit])
+	if il, ok := s.log.(*initLog); ok && s.logs.sinks[logfile.Init] != nil {
+		il.attach(s.logs.sinks[logfile.Init])
 	}
 	if archive != "" {
 		fmt.Fprintf(s.log, "liken-init: logs in %s; the boot before's in %s\n", logDir, archive)
 	} else {
 		fmt.Fprintf(s.log, "liken-init: logs in %s\n", logDir)
 	}
-	if k := s.logs.sinks[logKernel]; k != nil {
+	if k := s.logs.sinks[logfile.Kernel]; k != nil {
 		go func() {
 			if err := copyKmsg("/dev/kmsg", k); err != nil {
-				fmt.Fprintf(s.log, "liken-init: the kernel's messages stop going to %s: %v\n", logKernel+".log", err)
+				fmt.Fprintf(s.log, "liken-init: the kernel's messages stop going to %s: %v\n", logfile.Kernel+".log", err)
 			}
 		}()
 	}

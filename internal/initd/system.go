@@ -32,6 +32,7 @@ import (
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/kubeconfig"
 	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/logfile"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
 )
@@ -473,7 +474,7 @@ func (s *system) notApplied(field, why string) {
 func (s *system) run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	k3sOut := s.output(logK3s)
+	k3sOut := s.output(logfile.K3s)
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
 		Env:    k3sEnv(s.cmd, s.machine.Spec.Role, s.version),
@@ -491,7 +492,7 @@ func (s *system) run() error {
 			agentArgs = append(agentArgs, "--bootstrap-kubeconfig", bootstrapKubeconfig, "--layer-dir", layerDir)
 		}
 	}
-	agentOut := s.output(logAgent)
+	agentOut := s.output(logfile.Agent)
 	agentProc := supervisor.New(supervisor.Spec{Name: "liken-agent", Path: "/usr/bin/liken-agent",
 		Args: agentArgs,
 		Env:  []string{"PATH=/usr/bin:/sbin:/bin"}, Stdout: agentOut, Stderr: agentOut}, nil)

@@ -23,6 +23,19 @@ import (
 	"sync"
 )
 
+// The components' log names, each kept as DIR/NAME.log: init's lines (the console's), the
+// kernel's messages, the agent's and k3s's output. k3s.log is where k3s's own service scripts
+// (openrc) send its output, and what a node log query for "k3s" finds without journald.
+const (
+	Init   = "liken-init"
+	Kernel = "kernel"
+	Agent  = "liken-agent"
+	K3s    = "k3s"
+)
+
+// Components are the logs init keeps, in the order they are listed to a reader.
+var Components = []string{Init, Kernel, Agent, K3s}
+
 // Writer appends to a file and rotates it once it would grow past Max bytes: NAME.log
 // becomes NAME.log.1 (and .1 becomes .2, up to Keep files), and writing goes on in a new
 // NAME.log. A write is never split across two files.
