@@ -118,6 +118,9 @@ func (b *fakeBoot) CommitTrial(context.Context) error {
 func (b *fakeBoot) FailTrial(_ context.Context, end, msg string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, ok := state.AgentEnds[end]; !ok {
+		return fmt.Errorf("a trial cannot end %q", end)
+	}
 	switch {
 	case !b.info.Trial:
 		return errors.New("not a trial")

@@ -229,6 +229,10 @@ func (b *bootControl) Reboot(r supervisor.RebootRequest) error {
 func (b *bootControl) FailTrial(end, message string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	why, ok := state.AgentEnds[end]
+	if !ok {
+		return fmt.Errorf("a trial cannot end %q", end)
+	}
 	switch {
 	case !b.trial:
 		return errors.New("this boot is not a trial")
@@ -239,12 +243,6 @@ func (b *bootControl) FailTrial(end, message string) error {
 	}
 	if message == "" {
 		message = "the agent ended it"
-	}
-	why := "the trial failed its gates"
-	if end == state.EndPeersUnreachable {
-		why = "no peer reached the trial's network"
-	} else {
-		end = state.EndGatesFailed
 	}
 	b.record(func(r *state.BootRecord) { r.End, r.Message = end, message })
 	fmt.Fprintf(b.log, "liken-init: trial of slot %s ended by the agent (%s): %s; rebooting into the last good slot\n", b.slot, why, message)

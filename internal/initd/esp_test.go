@@ -249,8 +249,12 @@ func TestFailTrial(t *testing.T) {
 	if n := reboots.Load(); n != 1 {
 		t.Errorf("%d reboots after the refused calls; want 1", n)
 	}
-	// A server's network trial no peer reached ends the same way, its record saying so.
+	// An end the agent may not give is refused, and ends nothing.
 	peers, _ := trialBoot(t, "", "")
+	if err := peers.FailTrial(state.EndHealthDeadline, "x"); err == nil || !strings.Contains(err.Error(), "cannot end") {
+		t.Errorf("an end the agent may not give: %v", err)
+	}
+	// A server's network trial no peer reached ends the same way, its record saying so.
 	peers.record(func(r *state.BootRecord) { r.ID, r.Slot, r.Trial = peers.bootID, peers.slot, true })
 	if err := peers.FailTrial(state.EndPeersUnreachable, "none of a1 renewed its Node Lease through it"); err != nil {
 		t.Fatal(err)

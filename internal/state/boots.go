@@ -98,6 +98,13 @@ const (
 	EndPeersUnreachable = "peers-unreachable"
 )
 
+// AgentEnds are the ends the agent may give a trial before its deadline (init's
+// /v1/trial/fail), with init's words for each on the console.
+var AgentEnds = map[string]string{
+	EndGatesFailed:      "the trial failed its gates",
+	EndPeersUnreachable: "no peer reached the trial's network",
+}
+
 // maxBoots is how many boot records are kept.
 const maxBoots = 16
 

@@ -190,11 +190,10 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 		if !boot(w) || !decode(w, r, &f) {
 			return
 		}
-		switch f.End {
-		case "":
-			f.End = state.EndGatesFailed
-		case state.EndGatesFailed, state.EndPeersUnreachable:
-		default:
+		if f.End == "" {
+			f.End = state.EndGatesFailed // an agent from before peers' waits
+		}
+		if _, ok := state.AgentEnds[f.End]; !ok {
 			http.Error(w, fmt.Sprintf("a trial cannot end %q: the agent may end it %q or %q", f.End, state.EndGatesFailed, state.EndPeersUnreachable), http.StatusBadRequest)
 			return
 		}
