@@ -210,20 +210,14 @@ func (n *nodeLogs) read(ctx context.Context, dir, name string) ([]byte, int64, e
 	if err != nil {
 		return nil, 0, err
 	}
-	var files []string
-	for k := 9; k >= 1; k-- {
-		if f := fmt.Sprintf("%s.log.%d", name, k); slices.Contains(entries, f) {
-			files = append(files, f)
-		}
-	}
-	if !slices.Contains(entries, name+".log") {
+	files := logfile.Files(name, entries)
+	if !slices.Contains(files, name+".log") {
 		where := "this boot"
 		if dir != "" {
 			where = "that boot"
 		}
 		return nil, 0, fmt.Errorf("%s has no %s.log for %s (kept in /var/log%s: %s)", n.node, name, where, strings.TrimPrefix("/"+dir, "/"), strings.Join(entries, " "))
 	}
-	files = append(files, name+".log")
 	var all []byte
 	var size int64
 	for _, f := range files {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -228,17 +229,29 @@ func archives(boots string) ([]int, error) {
 	return seqs, nil
 }
 
-// isLogOf is whether file is NAME.log or NAME.log.N for one of names.
-func isLogOf(file string, names []string) bool {
-	for _, n := range names {
-		if file == n+".log" {
-			return true
-		}
-		if rest, ok := strings.CutPrefix(file, n+".log."); ok {
+// Files are component name's files among entries (the file names of one directory) in the
+// order they were written: the rotated ones, NAME.log.N, the oldest (highest N) first, then
+// NAME.log.
+func Files(name string, entries []string) []string {
+	rotated := map[int]string{}
+	var current []string
+	for _, e := range entries {
+		if e == name+".log" {
+			current = []string{e}
+		} else if rest, ok := strings.CutPrefix(e, name+".log."); ok {
 			if k, err := strconv.Atoi(rest); err == nil && k > 0 {
-				return true
+				rotated[k] = e
 			}
 		}
 	}
-	return false
+	var out []string
+	for _, k := range slices.Backward(slices.Sorted(maps.Keys(rotated))) {
+		out = append(out, rotated[k])
+	}
+	return append(out, current...)
+}
+
+// isLogOf is whether file is NAME.log or NAME.log.N for one of names.
+func isLogOf(file string, names []string) bool {
+	return slices.ContainsFunc(names, func(n string) bool { return len(Files(n, []string{file})) > 0 })
 }

@@ -187,3 +187,13 @@ func TestArchiveBoot(t *testing.T) {
 		t.Errorf("the leftover of a cut boot: %s %v", a, err)
 	}
 }
+
+func TestFiles(t *testing.T) {
+	entries := []string{"k3s.log.2", "liken-agent.log", "k3s.log", "k3s.log.10", "k3s.log.1", "k3s.log.x", "k3s.logs", "pods/", "k3s.log.0"}
+	if got, want := Files("k3s", entries), []string{"k3s.log.10", "k3s.log.2", "k3s.log.1", "k3s.log"}; !slices.Equal(got, want) {
+		t.Errorf("Files(k3s) = %v; want %v", got, want)
+	}
+	if got := Files("kernel", entries); len(got) != 0 {
+		t.Errorf("Files(kernel) = %v; want none", got)
+	}
+}
