@@ -26,6 +26,9 @@ import (
 // in /var/log on the machine (internal/logfile).
 var components = map[string]string{"init": logfile.Init, "agent": logfile.Agent, "k3s": logfile.K3s, "kernel": logfile.Kernel}
 
+// followEvery is how often -f looks for new lines.
+const followEvery = 2 * time.Second
+
 func newLogs() *cobra.Command {
 	var (
 		k         kubeFlags
@@ -33,7 +36,6 @@ func newLogs() *cobra.Command {
 		boot      int
 		tail      int
 		follow    bool
-		every     time.Duration
 		since     time.Duration
 	)
 	cmd := &cobra.Command{
@@ -109,7 +111,7 @@ time since boot, so --since does not apply to them.`,
 			if !follow {
 				return nil
 			}
-			return nl.follow(ctx, name, size, every, out, cmd.ErrOrStderr())
+			return nl.follow(ctx, name, size, followEvery, out, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&component, "component", "agent", "whose log: init, agent, k3s or kernel")
@@ -117,8 +119,6 @@ time since boot, so --since does not apply to them.`,
 	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines (-1: all)")
 	cmd.Flags().DurationVar(&since, "since", 0, "print only the lines of the last DURATION (such as 30m), by each line's time")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing this boot's log as it grows")
-	cmd.Flags().DurationVar(&every, "poll", 2*time.Second, "with -f, how often to look for new lines")
-	cmd.Flags().MarkHidden("poll")
 	k.add(cmd)
 	return cmd
 }
