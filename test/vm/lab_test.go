@@ -104,14 +104,14 @@ func TestLabUpAndDown(t *testing.T) {
 	start := time.Now()
 	// --timeout: up's machines took 9 min to be Ready beside another test (the default is
 	// 15 min, for a user's machine with nothing else running); add's the same.
-	// --kernel-args: a trial deadline of 6 minutes, not the default 10, which every boot's
-	// trial shows it got (the network trial's console below); long enough for the upgrade's
-	// good trials, which bring a server's control plane up beside other tests: with two
-	// vCPUs the server's upgrade trial committed 2m45s after init started (a k3s restart
-	// included, which boots no longer need), and its network trial was healthy but for the
-	// peer 2m10s after, and ended by the agent's peer wait 2 minutes later: a trial that
-	// reaches this deadline fails the test (its reason would be HealthDeadline).
-	const trialDeadline = 360
+	// --kernel-args: a trial deadline of 9 minutes, not the default 10, which every boot's
+	// trial shows it got (the network trial's console below). No trial here should reach
+	// it: the upgrade's good trials committed within 2m45s of init starting (with two
+	// vCPUs, beside other tests), and the network trial was healthy but for the peer 2m10s
+	// after init started and ended by the agent's peer wait 2 minutes later, so a host
+	// twice as slow still ends it by the wait (about 6m20s) well before the deadline; a
+	// trial that reaches it fails the test (its reason would be HealthDeadline).
+	const trialDeadline = 540
 	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1", "--timeout", "25m",
 		"--kernel-args", fmt.Sprintf("liken.trial.deadline=%d", trialDeadline))
 	took := time.Since(start)
