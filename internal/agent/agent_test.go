@@ -547,6 +547,26 @@ func TestAgentAppliesClassifiesAndStages(t *testing.T) {
 		}
 	})
 
+	t.Run("live changes apply while the rollout is paused", func(t *testing.T) {
+		// A pause holds turns (the coordinator's); nothing live waits for one.
+		at := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+		f.editCluster(func(c *v1alpha1.Cluster) {
+			c.Spec.Rollout = &v1alpha1.Rollout{Paused: true, PausedBy: "ops", PausedAt: &at, Reason: "the test"}
+		})
+		f.editMachine("a1", func(m *v1alpha1.Machine) {
+			m.Spec.NodeLabels = map[string]v1alpha1.LabelValue{"example.com/paused": "applied"}
+		})
+		f.waitFor(t, "a1", "the label applied while paused", func(m *v1alpha1.Machine, n *corev1.Node) bool {
+			return n.Labels["example.com/paused"] == "applied" && condTrue(m, v1alpha1.MachineConfigApplied)
+		})
+		f.editMachine("a1", func(m *v1alpha1.Machine) { m.Spec.NodeLabels = nil })
+		f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Rollout = nil })
+		f.waitFor(t, "a1", "the label removed", func(_ *v1alpha1.Machine, n *corev1.Node) bool {
+			_, has := n.Labels["example.com/paused"]
+			return !has
+		})
+	})
+
 	t.Run("a packaged component restarts k3s once, on servers only", func(t *testing.T) {
 		before1, beforeA := s1.restarts(), a1.restarts()
 		// A burst of three edits inside the restart delay.

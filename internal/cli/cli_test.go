@@ -30,13 +30,13 @@ func TestMain(m *testing.M) { os.Exit(apiserver.Main(m, "cli", apiserver.Options
 
 var examples = filepath.Join("..", "..", "docs", "examples")
 
-func run(t *testing.T, args ...string) (int, string, string) {
+func run(t testing.TB, args ...string) (int, string, string) {
 	t.Helper()
 	return runIn(t, "", args...)
 }
 
 // runIn runs liken with stdin as its standard input.
-func runIn(t *testing.T, stdin string, args ...string) (int, string, string) {
+func runIn(t testing.TB, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	root := newRoot(&out, &errb)
@@ -261,7 +261,7 @@ func TestCompletion(t *testing.T) {
 }
 
 // ensureCluster creates the test API server's Cluster once.
-func ensureCluster(t *testing.T, lc *kube.Client) {
+func ensureCluster(t testing.TB, lc *kube.Client) {
 	t.Helper()
 	if _, err := lc.Cluster(t.Context()); err == nil {
 		return

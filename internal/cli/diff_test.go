@@ -3,10 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -18,7 +22,7 @@ import (
 
 // writeManifest writes an object as kubectl get -o yaml would show its spec: kind, name,
 // spec.
-func writeManifest(t *testing.T, path, kind, name string, spec any) {
+func writeManifest(t testing.TB, path, kind, name string, spec any) {
 	t.Helper()
 	b, err := yaml.Marshal(map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec})
 	if err != nil {
@@ -206,4 +210,73 @@ func TestWarningPrinter(t *testing.T) {
 	if want := "Warning: Machine spec.network: Reboot class; ...\nWarning: metadata.finalizers: prefer a domain-qualified finalizer name\n"; b.String() != want {
 		t.Errorf("printed %q; want %q", b.String(), want)
 	}
+}
+
+// BenchmarkDiff1000 times liken diff as an operator runs it against a real API server
+// holding 1,000 Machines (3 servers): the Cluster file with a new version, every Machine
+// read, classified and planned, each API server dry run included. Its figure is the
+// command's wall time (diff-s), printed by make bench.
+func BenchmarkDiff1000(b *testing.B) {
+	lc, kc := adminClient(b)
+	ensureCluster(b, lc)
+	const n = 1000
+	names := make(chan string)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range names {
+				role := v1alpha1.RoleAgent
+				if strings.HasSuffix(name, "-0000") || strings.HasSuffix(name, "-0001") || strings.HasSuffix(name, "-0002") {
+					role = v1alpha1.RoleServer
+				}
+				if _, err := lc.CreateMachine(context.Background(), &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MachineSpec{Role: role}}); err != nil {
+					failed.Store(err)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		names <- fmt.Sprintf("bench-%04d", i)
+	}
+	close(names)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for i := range n {
+			_ = lc.DeleteMachine(context.Background(), fmt.Sprintf("bench-%04d", i))
+		}
+	})
+	cl, err := lc.Cluster(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := cl.Spec.DeepCopy()
+	const next = "2026.12.01-001"
+	spec.Version = next
+	spec.Releases = map[string]v1alpha1.Digest{next: v1alpha1.Digest("sha256:" + strings.Repeat("1", 64))}
+	for v, d := range cl.Spec.Releases {
+		spec.Releases[v] = d
+	}
+	file := filepath.Join(b.TempDir(), "cluster.yaml")
+	b.StopTimer()
+	writeManifest(b, file, "Cluster", cl.Name, spec)
+	b.StartTimer()
+	start := time.Now()
+	for b.Loop() {
+		code, out, errOut := run(b, "diff", "-f", file, "--kubeconfig", kc, "-o", "json")
+		if code != exitFailed {
+			b.Fatalf("diff of a version change: exit %d, want %d\n%s", code, exitFailed, errOut)
+		}
+		var p preview.Plan
+		if err := json.Unmarshal([]byte(out), &p); err != nil || len(p.Summary.Reboot) < n {
+			b.Fatalf("the plan names %d reboots, want at least %d (%v)", len(p.Summary.Reboot), n, err)
+		}
+	}
+	b.ReportMetric(time.Since(start).Seconds()/float64(b.N), "diff-s")
+	b.ReportMetric(n, "machines")
 }

@@ -60,7 +60,7 @@ func (s *started) wait(t *testing.T) int {
 
 // adminClient is a client of the test's API server as its admin, and a kubeconfig file for
 // the commands.
-func adminClient(t *testing.T) (*kube.Client, string) {
+func adminClient(t testing.TB) (*kube.Client, string) {
 	t.Helper()
 	lc, err := kube.NewClient(env.Admin)
 	if err != nil {

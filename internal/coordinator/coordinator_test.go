@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -399,6 +400,33 @@ func (f *fleetFixture) watchTurns() func() [][]string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([][]string(nil), seen...)
+	}
+}
+
+// watchCordons records, from a watch on the Nodes, every Node of the fleet seen
+// unschedulable, so a cordon that came and went between two looks cannot go unseen.
+func (f *fleetFixture) watchCordons() func() map[string]bool {
+	f.t.Helper()
+	w, err := f.admin.CoreV1().Nodes().Watch(f.t.Context(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok && n.Spec.Unschedulable && slices.Contains(f.names, n.Name) {
+				mu.Lock()
+				seen[n.Name] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
 	}
 }
 
@@ -947,13 +975,16 @@ func (r *reasons) has(reason string) bool {
 // TestRolloutPaused (issue 27 item 1): under Auto, with the rollout paused, a machine that
 // asks is told it waits for the pause and is given no turn; the Cluster says who paused, and
 // the coordinator records RolloutPaused; resumed, it reboots, and RolloutResumed is recorded.
+// Paused again while another machine's turn is in progress, that turn finishes, and a third
+// machine waits for the pause until the rollout is resumed.
 func TestRolloutPaused(t *testing.T) {
 	at := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 	f := newFleet(t, func(s *v1alpha1.ClusterSpec) {
 		s.RebootPolicy = v1alpha1.RebootAuto
 		s.Rollout = &v1alpha1.Rollout{Paused: true, PausedBy: "ops", PausedAt: &at, Reason: "the canary"}
-	}, machines("pause", 2, v1alpha1.RoleAgent))
-	agents := f.agents(100*time.Millisecond, f.names...)
+	}, machines("pause", 3, v1alpha1.RoleAgent))
+	// Down 2 s: long enough for the test to pause the rollout while a turn is in progress.
+	agents := f.agents(2*time.Second, f.names...)
 	events := &reasons{}
 	f.coordinatorWith("srv-p", true, func(c *Config) { c.Events = events })
 	agents["pause1"].ask()
@@ -969,20 +1000,56 @@ func TestRolloutPaused(t *testing.T) {
 		t.Fatal("a machine rebooted while the rollout was paused")
 	}
 	f.waitFor("the RolloutPaused Event", 10*time.Second, func() bool { return events.has("RolloutPaused") })
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cl := f.cluster()
-		cl.Spec.Rollout = nil
-		_, err := f.liken.UpdateCluster(t.Context(), cl)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+	// setPaused pauses (with a reason) or resumes the rollout, as liken rollout pause|resume
+	// writes it.
+	setPaused := func(reason string) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cl := f.cluster()
+			cl.Spec.Rollout = nil
+			if reason != "" {
+				at := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+				cl.Spec.Rollout = &v1alpha1.Rollout{Paused: true, PausedBy: "ops", PausedAt: &at, Reason: reason}
+			}
+			_, err := f.liken.UpdateCluster(t.Context(), cl)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
+	setPaused("")
 	f.waitFor("pause1 rebooted once resumed", 30*time.Second, func() bool { return agents["pause1"].reboots.Load() == 1 })
 	f.waitFor("the RolloutResumed Event", 10*time.Second, func() bool { return events.has("RolloutResumed") })
 	if c := meta.FindStatusCondition(f.cluster().Status.Conditions, v1alpha1.ClusterRolloutPaused); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("RolloutPaused after resume: %+v", c)
 	}
+	f.waitFor("pause1's turn given back", 30*time.Second, func() bool { return len(f.cluster().Status.Turns) == 0 })
+
+	// Paused while a turn is in progress: that turn finishes (the machine reboots and its
+	// turn is given back), and the next machine waits for the pause though the budget has
+	// room for it.
+	agents["pause2"].ask()
+	f.waitFor("pause2 holding its turn", 30*time.Second, func() bool { return turnOf(f.cluster(), "pause2") != nil })
+	setPaused("mid-turn")
+	if agents["pause2"].reboots.Load() != 0 {
+		t.Fatal("pause2 rebooted before the pause was written: the test proves nothing of a turn in progress")
+	}
+	agents["pause3"].ask()
+	f.waitFor("pause2's turn finished though the rollout is paused", 30*time.Second, func() bool {
+		return agents["pause2"].reboots.Load() == 1 && turnOf(f.cluster(), "pause2") == nil
+	})
+	f.waitFor("pause3 told it waits for the pause", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Waiting) == 1 && st.Waiting[0].Machine == "pause3" && strings.Contains(st.Waiting[0].Reason, "mid-turn")
+	})
+	// Ten of the coordinator's resync periods: still no turn for pause3.
+	time.Sleep(3 * time.Second)
+	if turnOf(f.cluster(), "pause3") != nil || agents["pause3"].reboots.Load() != 0 {
+		t.Fatal("pause3 was given a turn while the rollout was paused")
+	}
+	setPaused("")
+	f.waitFor("pause3 rebooted once resumed", 30*time.Second, func() bool { return agents["pause3"].reboots.Load() == 1 })
 }
 
 // TestRolloutHalts: under Auto, four machines want a release whose trial fails on each.
@@ -994,6 +1061,7 @@ func TestRolloutPaused(t *testing.T) {
 func TestRolloutHalts(t *testing.T) {
 	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.RebootPolicy = v1alpha1.RebootAuto }, machines("halt", 4, v1alpha1.RoleAgent))
 	seen := f.watchTurns()
+	cordoned := f.watchCordons()
 	// Down 1.5 s: a failure is recorded to the second, as is a resume, and one in the
 	// resume's second counts as accepted.
 	agents := f.agents(1500*time.Millisecond, f.names...)
@@ -1034,6 +1102,9 @@ func TestRolloutHalts(t *testing.T) {
 	if got := touched(); len(got) != 1 || !got[first] {
 		t.Fatalf("machines given a turn: %v; want only %s, whose trial failed", keys(got), first)
 	}
+	if got := cordoned(); len(got) != 1 || !got[first] {
+		t.Fatalf("Nodes cordoned: %v; want only %s, whose trial failed", keys(got), first)
+	}
 	for _, w := range f.cluster().Status.Waiting {
 		if !strings.HasPrefix(w.Reason, "the rollout halted") {
 			t.Errorf("%s waits for %q, want the halt", w.Machine, w.Reason)
@@ -1060,6 +1131,9 @@ func TestRolloutHalts(t *testing.T) {
 	got := touched()
 	if len(got) != 2 {
 		t.Fatalf("machines given a turn: %v; want two: one before the resume, one after", keys(got))
+	}
+	if c := cordoned(); !maps.Equal(c, got) {
+		t.Fatalf("Nodes cordoned: %v; want only those given a turn, %v", keys(c), keys(got))
 	}
 	st = f.cluster().Status
 	if h := st.Rollout.Halted; len(h.Machines) != 1 || h.Machines[0] == first || !st.Rollout.Failures[0].Accepted || st.Rollout.Failures[1].Accepted {

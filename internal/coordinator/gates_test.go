@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -140,12 +141,65 @@ func (f *fleetFixture) deployment(ns, name string, replicas int32) {
 	}
 }
 
+// statefulSet makes a StatefulSet of replicas pods started together (Parallel), as a
+// database's would be placed one per machine.
+func (f *fleetFixture) statefulSet(ns, name string, replicas int32) {
+	f.t.Helper()
+	labels := map[string]string{"app": name}
+	if _, err := f.admin.AppsV1().StatefulSets(ns).Create(f.t.Context(), &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: name,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/db"}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fleetFixture) statefulAvailable(ns, name string) int32 {
+	s, err := f.admin.AppsV1().StatefulSets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s.Status.AvailableReplicas
+}
+
 func (f *fleetFixture) available(ns, name string) int32 {
 	d, err := f.admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return d.Status.AvailableReplicas
+}
+
+// TestWorkloadStates: what a gate reads of each kind's status. A workload is up to date only
+// once its controller has seen the latest spec and runs it on every desired pod.
+func TestWorkloadStates(t *testing.T) {
+	three := int32(3)
+	for _, c := range []struct {
+		name string
+		got  workload
+		want workload
+	}{
+		{"Deployment, rolled out", deploymentState(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Spec: appsv1.DeploymentSpec{Replicas: &three},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3}}), workload{3, 3, true}},
+		{"Deployment, spec not yet seen", deploymentState(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: appsv1.DeploymentSpec{Replicas: &three},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3}}), workload{3, 3, false}},
+		{"Deployment, old pods left", deploymentState(&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: &three},
+			Status: appsv1.DeploymentStatus{Replicas: 4, UpdatedReplicas: 3, AvailableReplicas: 2}}), workload{3, 2, false}},
+		{"Deployment, replicas defaulted to one", deploymentState(&appsv1.Deployment{Status: appsv1.DeploymentStatus{Replicas: 1, UpdatedReplicas: 1}}), workload{1, 0, true}},
+		{"StatefulSet, rolled out", statefulSetState(&appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &three},
+			Status: appsv1.StatefulSetStatus{UpdatedReplicas: 3, AvailableReplicas: 3}}), workload{3, 3, true}},
+		{"StatefulSet, a pod short of the update", statefulSetState(&appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &three},
+			Status: appsv1.StatefulSetStatus{UpdatedReplicas: 2, AvailableReplicas: 3}}), workload{3, 3, false}},
+		{"DaemonSet, on every node", daemonSetState(&appsv1.DaemonSet{Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 4, UpdatedNumberScheduled: 4, NumberAvailable: 3}}), workload{4, 3, true}},
+		{"DaemonSet, spec not yet seen", daemonSetState(&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 5}, Status: appsv1.DaemonSetStatus{ObservedGeneration: 4, DesiredNumberScheduled: 4, UpdatedNumberScheduled: 4, NumberAvailable: 4}}), workload{4, 4, false}},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, c.got, c.want)
+		}
+	}
 }
 
 func turnOf(cl *v1alpha1.Cluster, machine string) *v1alpha1.Turn {
@@ -171,6 +225,8 @@ func TestGatesWaitForTheWorkloads(t *testing.T) {
 	side := f.nodeSide("wg")
 	f.deployment("wg", "web", 2)
 	f.waitFor("web's two pods available, one on each machine", 60*time.Second, func() bool { return f.available("wg", "web") == 2 })
+	f.statefulSet("wg", "db", 2)
+	f.waitFor("db's two pods available, one on each machine", 60*time.Second, func() bool { return f.statefulAvailable("wg", "db") == 2 })
 	agents := f.agents(time.Second, f.names...)
 	events := &reasons{}
 	f.coordinatorWith("srv-wg", true, func(c *Config) { c.Events = events })
@@ -188,11 +244,14 @@ func TestGatesWaitForTheWorkloads(t *testing.T) {
 		turn = turnOf(f.cluster(), "wg1")
 		return turn != nil && turn.Gates != nil && turn.Gates.Phase == v1alpha1.GateChecking
 	})
-	if len(turn.Workloads) != 1 || turn.Workloads[0] != (v1alpha1.TurnWorkload{Kind: KindDeployment, Namespace: "wg", Name: "web", Available: 2}) {
-		t.Errorf("the turn recorded the workloads %+v; want Deployment wg/web with 2 available", turn.Workloads)
+	want := []v1alpha1.TurnWorkload{{Kind: KindDeployment, Namespace: "wg", Name: "web", Available: 2}, {Kind: KindStatefulSet, Namespace: "wg", Name: "db", Available: 2}}
+	if !slices.Equal(turn.Workloads, want) {
+		t.Errorf("the turn recorded the workloads %+v; want %+v", turn.Workloads, want)
 	}
-	if !strings.Contains(turn.Gates.Message, "Deployment wg/web has 1 of 2 pods available") || !strings.Contains(turn.Gates.Message, "gate web-tier") {
-		t.Errorf("the gates wait for %q; want web's missing pod and the web-tier gate", turn.Gates.Message)
+	for _, w := range []string{"Deployment wg/web has 1 of 2 pods available", "StatefulSet wg/db has 1 of 2 pods available", "gate web-tier"} {
+		if !strings.Contains(turn.Gates.Message, w) {
+			t.Errorf("the gates wait for %q; want %q in it", turn.Gates.Message, w)
+		}
 	}
 	// Held: the machine says it is done, yet its turn stays and nobody else gets one.
 	time.Sleep(3 * time.Second)

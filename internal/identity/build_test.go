@@ -88,7 +88,7 @@ func TestBuildPerRole(t *testing.T) {
 			if _, err := tls.X509KeyPair(cert, key); err != nil {
 				t.Errorf("server CA certificate and key do not match: %v", err)
 			}
-			if !has("k3s-manifests/liken-crds.yaml") || !has("k3s-manifests/liken-rbac.yaml") {
+			if !has("k3s-manifests/liken-crds.yaml") || !has("k3s-manifests/liken-rbac.yaml") || !has("k3s-manifests/liken-policies.yaml") {
 				t.Errorf("server layer lacks the manifests k3s applies")
 			}
 			if strings.Join(idx.Machines, ",") != "server-1,server-2,server-3" {

@@ -50,9 +50,15 @@ func TestIdentityWithRealAPIServer(t *testing.T) {
 	if _, err := env.KubectlWith(t.Context(), res.Kubeconfig, "get", "namespaces"); err != nil {
 		t.Fatalf("the layer's admin kubeconfig does not work: %v", err)
 	}
-	for _, f := range []string{"k3s-manifests/liken-crds.yaml", "k3s-manifests/liken-rbac.yaml", layer.ClusterManifest, layer.MachinesDir} {
+	for _, f := range []string{"k3s-manifests/liken-crds.yaml", "k3s-manifests/liken-rbac.yaml", "k3s-manifests/liken-policies.yaml", layer.ClusterManifest, layer.MachinesDir} {
 		if _, err := env.KubectlWith(t.Context(), res.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(server, f)); err != nil {
 			t.Fatalf("applying %s: %v", f, err)
+		}
+	}
+	// The change warnings (issue 27 item 6) come with the CRDs: their policies and bindings.
+	for _, name := range []string{"liken-change-warnings-clusters", "liken-change-warnings-machines"} {
+		if _, err := env.KubectlWith(t.Context(), res.Kubeconfig, "get", "validatingadmissionpolicy/"+name, "validatingadmissionpolicybinding/"+name); err != nil {
+			t.Errorf("the layer's policies did not install %s: %v", name, err)
 		}
 	}
 	cert, _ := os.ReadFile(filepath.Join(agent, layer.CredentialsDir, "agent-1.crt"))
