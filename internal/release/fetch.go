@@ -195,6 +195,17 @@ func limitOf(s Sink) int64 {
 // permanent marks failures that another attempt cannot fix.
 type permanent struct{ error }
 
+// ErrNotFound is what a fetch of a file the channel does not have wraps (HTTP 404, or no
+// such file in a file:// channel): a client probing for the next version of something
+// tells "none yet" from a failure by it.
+var ErrNotFound = errors.New("not in the channel")
+
+// notFound says its error as it is, and is ErrNotFound.
+type notFound struct{ error }
+
+func (n notFound) Unwrap() error        { return n.error }
+func (n notFound) Is(target error) bool { return target == ErrNotFound }
+
 func (p permanent) Unwrap() error { return p.error }
 
 // download streams rel into sink, resuming with HTTP ranges after a cut. size is the exact
@@ -291,6 +302,9 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 		// Opened without blocking and checked before any read: a FIFO or a device in a
 		// channel directory would otherwise hang the open or the read for ever.
 		fh, err := os.OpenFile(u.Path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, permanent{notFound{fmt.Errorf("fetching %s: %w", rel, err)}}
+		}
 		if err != nil {
 			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
 		}
@@ -372,6 +386,9 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 		err := fmt.Errorf("fetching %s: %s", rel, resp.Status)
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
 			return nil, err
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, permanent{notFound{err}}
 		}
 		return nil, permanent{err}
 	}
