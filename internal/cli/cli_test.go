@@ -106,8 +106,8 @@ func TestErrors(t *testing.T) {
 	}{
 		{"no command", nil, exitUsage, []string{"give a command"}},
 		{"unknown command", []string{"frobnicate"}, exitUsage, []string{`unknown command "frobnicate"`, "validate"}},
-		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, pin, publish, verify"}},
-		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, pin, publish, verify"}},
+		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, keys, pin, publish, timestamp, verify"}},
+		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, keys, pin, publish, timestamp, verify"}},
 		{"unknown flag", []string{"validate", "--frob", "x"}, exitUsage, []string{"unknown flag: --frob"}},
 		{"lab with two servers", []string{"lab", "up", "--servers", "2"}, exitUsage, []string{"exactly 1 server"}},
 		{"lab up with an argument", []string{"lab", "up", "now"}, exitUsage, []string{"unknown command \"now\""}},

@@ -16,6 +16,7 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/manifest"
 	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/tuf"
 )
 
 // releaseResult is what release commands print with -o.
@@ -29,6 +30,8 @@ type releaseResult struct {
 	StandIn bool   `json:"k3sStandIn,omitempty"`
 	// Test: built for tests, with the liken.test.* fault switches.
 	Test bool `json:"test,omitempty"`
+	// Signed: published into, or pinned from, a channel's signed metadata.
+	Signed bool `json:"signed,omitempty"`
 }
 
 // checkTestRelease refuses a release built for tests unless allowed: its init injects
@@ -51,7 +54,7 @@ func newRelease() *cobra.Command {
 		Long: `Releases are published in a channel: a directory any web server can serve, read by URL
 (http://, https:// or file://). A Cluster pins each release by the digest of its
 release.json.`,
-	}, newReleaseBuild(), newReleasePublish(), newReleasePin(), newReleaseVerify())
+	}, newReleaseBuild(), newReleasePublish(), newReleasePin(), newReleaseVerify(), newReleaseKeys(), newReleaseTimestamp())
 }
 
 // checkRelease checks what pin and verify both need: an output format, a channel, a version.
@@ -78,10 +81,17 @@ func checkVersion(v string) error {
 func newReleasePublish() *cobra.Command {
 	var o output
 	var channel string
+	var keyDirs []string
+	var exp tuf.Expiry
 	cmd := &cobra.Command{
-		Use:     "publish --channel DIR RELEASE_DIR",
-		Short:   "check a release against its release.json and lay it out in a channel directory",
-		Example: "  liken release publish --channel /srv/channel out/2026.07.20-001",
+		Use:   "publish --channel DIR [--keys DIR...] RELEASE_DIR",
+		Short: "check a release against its release.json, lay it out in a channel directory and sign it",
+		Long: `Checks every file of the release against its release.json and lays it out under
+DIR/VERSION. In a signed channel (liken release keys init) it then signs the release's
+files as targets with --keys (the targets, snapshot and timestamp keys), and refuses to
+publish without them. A channel with no signing metadata is published into unsigned, with a
+warning: nothing then proves who published its releases.`,
+		Example: "  liken release publish --channel /srv/channel --keys ~/liken-keys out/2026.07.20-001",
 		Args:    exactArgs(1, "one release directory"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(); err != nil {
@@ -89,6 +99,26 @@ func newReleasePublish() *cobra.Command {
 			}
 			if channel == "" {
 				return usageErr("--channel is required")
+			}
+			repo := &tuf.Repo{Channel: channel, Expiry: exp}
+			signed := tuf.Signed(channel)
+			var keys *tuf.Keys
+			switch {
+			case signed && len(keyDirs) == 0:
+				return usageErr("the channel %s is signed (its metadata is in %s): give --keys with its targets, snapshot and timestamp keys", channel, filepath.Join(channel, tuf.MetadataDir))
+			case signed:
+				var err error
+				if keys, err = tuf.LoadKeys(keyDirs...); err != nil {
+					return err
+				}
+				// Before anything is copied: a release the keys cannot sign is not published.
+				if err := repo.CanSign(keys, "targets", "snapshot", "timestamp"); err != nil {
+					return err
+				}
+			case len(keyDirs) > 0:
+				return fmt.Errorf("the channel %s is not signed: make its keys first (liken release keys init --channel %s --keys DIR)", channel, channel)
+			default:
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: the channel %s is not signed: nothing proves who published its releases (liken release keys init)\n", channel)
 			}
 			digest, err := release.Publish(channel, args[0])
 			if err != nil {
@@ -102,12 +132,22 @@ func newReleasePublish() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r := releaseResult{Version: doc.Version, Digest: digest, Path: filepath.Join(channel, doc.Version)}
+			if signed {
+				if err := signTargets(repo, keys, args[0], doc); err != nil {
+					return fmt.Errorf("signing release %s (it is in the channel, not signed yet: publish it again with the keys): %w", doc.Version, err)
+				}
+			}
+			r := releaseResult{Version: doc.Version, Digest: digest, Path: filepath.Join(channel, doc.Version), Signed: signed}
 			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
 				fmt.Fprintf(w, "published %s %s in %s\n", r.Version, r.Digest, r.Path)
+				if signed {
+					fmt.Fprintf(w, "signed %s's files as targets of the channel\n", r.Version)
+				}
 			})
 		},
 	}
+	cmd.Flags().StringSliceVar(&keyDirs, "keys", nil, "a directory holding the channel's targets, snapshot and timestamp keys (repeatable)")
+	expiryFlags(cmd.Flags(), &exp, "targets", "snapshot", "timestamp")
 	cmd.Flags().StringVar(&channel, "channel", "", "the channel directory")
 	o.add(cmd)
 	return cmd
@@ -115,7 +155,7 @@ func newReleasePublish() *cobra.Command {
 
 func newReleasePin() *cobra.Command {
 	var o output
-	var channel, version, clusterFile string
+	var channel, version, clusterFile, trustedRoot string
 	var setVersion, allowTest bool
 	cmd := &cobra.Command{
 		Use:   "pin --channel URL --version V [--cluster FILE [--set-version]]",
@@ -130,10 +170,20 @@ func newReleasePin() *cobra.Command {
 			if setVersion && clusterFile == "" {
 				return usageErr("--set-version needs --cluster")
 			}
+			if trustedRoot != "" && !apirelease.ValidDigest(trustedRoot) {
+				return usageErr("--trusted-root %q is not a digest: give sha256: followed by 64 lowercase hexadecimal digits", trustedRoot)
+			}
 			f := fetcher(cmd.ErrOrStderr())
 			digest, doc, err := release.Pin(cmd.Context(), f, channel, version)
 			if err != nil {
 				return err
+			}
+			if trustedRoot != "" {
+				if err := verifyPin(cmd.Context(), f, channel, version, digest, trustedRoot); err != nil {
+					return fmt.Errorf("release %s: %w", version, err)
+				}
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: release %s is pinned as the channel serves it, unverified: nothing proves who published it; give --trusted-root with the digest of the channel's root (docs/upgrade.md)\n", version)
 			}
 			if doc.Components.K3s.StandIn {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: this release carries liken's k3s stand-in, not k3s: it is for tests only")
@@ -150,9 +200,12 @@ func newReleasePin() *cobra.Command {
 					return err
 				}
 			}
-			r := releaseResult{Version: doc.Version, Digest: digest, StandIn: doc.Components.K3s.StandIn, Test: doc.Test}
+			r := releaseResult{Version: doc.Version, Digest: digest, StandIn: doc.Components.K3s.StandIn, Test: doc.Test, Signed: trustedRoot != ""}
 			return o.print(cmd.OutOrStdout(), r, func(w io.Writer) {
 				fmt.Fprintf(w, "%s %s\n", r.Version, r.Digest)
+				if r.Signed {
+					fmt.Fprintf(w, "verified: signed by the channel's publisher (root %s)\n", trustedRoot)
+				}
 				if clusterFile != "" {
 					fmt.Fprintf(w, "pinned %s in %s\n", doc.Version, clusterFile)
 				}
@@ -167,6 +220,7 @@ func newReleasePin() *cobra.Command {
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "a Cluster manifest to pin the release in")
 	cmd.Flags().BoolVar(&setVersion, "set-version", false, "also set the Cluster's spec.version to this release")
 	cmd.Flags().BoolVar(&allowTest, "allow-test-release", false, "pin a release built for tests (with liken.test.* fault switches)")
+	cmd.Flags().StringVar(&trustedRoot, "trusted-root", "", "the digest of the channel's first root (from liken release keys init): pin only what its keys signed")
 	o.add(cmd)
 	return cmd
 }

@@ -159,3 +159,100 @@ func TestRetriesAreShown(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedChannelCommands (issue 31): the publisher's path and the operator's, over a real
+// HTTP server: keys init prints the root to trust; publish into the signed channel refuses
+// to go without keys and signs with them; pin with --trusted-root accepts the signed release
+// and refuses a release.json replaced after signing, a root it does not trust, and a
+// release copied in unsigned; after a rotation of the targets key the chain is followed;
+// without --trusted-root pin warns that nothing was verified.
+func TestSignedChannelCommands(t *testing.T) {
+	channel, keys := t.TempDir(), filepath.Join(t.TempDir(), "keys")
+	srv := httptest.NewServer(http.FileServer(http.Dir(channel)))
+	defer srv.Close()
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+
+	code, out, errOut := run(t, "release", "keys", "init", "--channel", channel, "--keys", keys, "-o", "json")
+	var init keysResult
+	if code != exitOK || json.Unmarshal([]byte(out), &init) != nil || !apirelease.ValidDigest(init.RootDigest) {
+		t.Fatalf("keys init: exit %d\n%s%s", code, out, errOut)
+	}
+	root := init.RootDigest
+	rel := makeRelease(t, "2026.08.05-001", "signed rootfs")
+	if code, _, errOut := run(t, "release", "publish", "--channel", channel, rel); code != exitUsage || !strings.Contains(errOut, "is signed") {
+		t.Fatalf("publish without keys into a signed channel: exit %d, want %d: %s", code, exitUsage, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(channel, "2026.08.05-001")); !os.IsNotExist(err) {
+		t.Fatalf("the refused publish copied the release in: %v", err)
+	}
+	if code, out, errOut := run(t, "release", "publish", "--channel", channel, "--keys", keys, rel); code != exitOK || !strings.Contains(out, "signed 2026.08.05-001") {
+		t.Fatalf("signed publish: exit %d\n%s%s", code, out, errOut)
+	}
+	pin := func(version, trusted string) (int, string, string) {
+		args := []string{"release", "pin", "--channel", srv.URL, "--version", version, "-o", "json"}
+		if trusted != "" {
+			args = append(args, "--trusted-root", trusted)
+		}
+		return run(t, args...)
+	}
+	code, out, errOut = pin("2026.08.05-001", root)
+	var r releaseResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || !r.Signed || strings.Contains(errOut, "warning") {
+		t.Fatalf("pin of the signed release: exit %d\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = pin("2026.08.05-001", "")
+	if code != exitOK || !strings.Contains(errOut, "unverified: nothing proves who published it") {
+		t.Errorf("pin without a trusted root: exit %d, want 0 and a warning: %s", code, errOut)
+	}
+	code, _, errOut = pin("2026.08.05-001", "sha256:"+strings.Repeat("2", 64))
+	if code == exitOK || !strings.Contains(errOut, "failed the root check") {
+		t.Errorf("pin against a root not trusted: exit %d: %s", code, errOut)
+	}
+	// A release copied into the channel without signing.
+	plain := makeRelease(t, "2026.08.06-001", "copied in")
+	if err := os.CopyFS(filepath.Join(channel, "2026.08.06-001"), os.DirFS(plain)); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = pin("2026.08.06-001", root)
+	if code == exitOK || !strings.Contains(errOut, "failed the target check") {
+		t.Errorf("pin of a release not signed: exit %d: %s", code, errOut)
+	}
+	// release.json replaced after signing (the digest pin would take is the new file's).
+	doc := filepath.Join(channel, "2026.08.05-001", apirelease.DocumentName)
+	good, _ := os.ReadFile(doc)
+	var d apirelease.Document
+	if err := json.Unmarshal(good, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Components.Liken.Version = "evil"
+	bad, _ := d.Marshal()
+	os.WriteFile(doc, bad, 0o644)
+	// Whoever controls the server rewrites the channel's index too.
+	index := filepath.Join(channel, apirelease.IndexName)
+	ib, _ := os.ReadFile(index)
+	os.WriteFile(index, []byte(strings.ReplaceAll(string(ib), apirelease.Digest(good), apirelease.Digest(bad))), 0o644)
+	code, _, errOut = pin("2026.08.05-001", root)
+	if code == exitOK || !strings.Contains(errOut, "failed the mismatch check") {
+		t.Errorf("pin of a replaced release.json: exit %d: %s", code, errOut)
+	}
+	os.WriteFile(doc, good, 0o644)
+	os.WriteFile(index, ib, 0o644)
+	// The targets key rotated; the next release signed with the new key is pinned through
+	// the new root.
+	if code, out, errOut := run(t, "release", "keys", "rotate", "--channel", channel, "--keys", keys, "--role", "targets"); code != exitOK {
+		t.Fatalf("rotate: exit %d\n%s%s", code, out, errOut)
+	}
+	next := makeRelease(t, "2026.08.07-001", "after the rotation")
+	if code, out, errOut := run(t, "release", "publish", "--channel", channel, "--keys", keys, next); code != exitOK {
+		t.Fatalf("publish after the rotation: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := pin("2026.08.07-001", root); code != exitOK {
+		t.Fatalf("pin after the rotation: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := run(t, "release", "timestamp", "--channel", channel, "--keys", keys); code != exitOK || !strings.Contains(out, "signed the timestamp") {
+		t.Fatalf("timestamp: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := pin("2026.08.07-001", root); code != exitOK {
+		t.Fatalf("pin after the timestamp: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -282,6 +282,7 @@ func (r *Repo) AddTargets(keys *Keys, add []Target) error {
 		return err
 	}
 	t := s.targets
+	added := 0
 	for _, a := range add {
 		sum, err := hex.DecodeString(a.SHA256)
 		if err != nil || len(sum) != sha256.Size {
@@ -294,10 +295,29 @@ func (r *Repo) AddTargets(keys *Keys, add []Target) error {
 			continue
 		}
 		t.Signed.Targets[a.Path] = &metadata.TargetFiles{Length: a.Size, Hashes: metadata.Hashes{"sha256": sum}, Path: a.Path}
+		added++
+	}
+	if added == 0 {
+		return nil // all signed already, as they are: nothing to sign again
 	}
 	t.Signed.Version++
 	t.Signed.Expires = r.now().Add(r.Expiry.Targets)
 	return r.writeTargets(s.root, t, keys)
+}
+
+// CanSign says whether keys hold enough keys to sign each of roles, before anything is
+// written: a publish checks it before it copies a release into the channel.
+func (r *Repo) CanSign(keys *Keys, roles ...string) error {
+	s, err := r.load()
+	if err != nil {
+		return err
+	}
+	for _, role := range roles {
+		if _, err := keys.signers(role, s.root.Signed.Roles[role]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Timestamp signs a new timestamp (and a new snapshot first, when the current one would
