@@ -45,6 +45,15 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|file)://[^\\\\s]+$')",message="channel must be an http://, https:// or file:// URL without spaces"
 	Channel string `json:"channel"`
 
+	// ChannelRoot is the digest of the channel's first signed root (metadata/1.root.json),
+	// which `liken release keys init` prints. When set, a machine writes only a release
+	// whose release.json the channel's keys signed (checked by The Update Framework's rules
+	// from that root, before anything is downloaded), and refuses any other, saying which
+	// check failed. Unset, the channel's releases are taken as their pins say, and nothing
+	// proves who published them.
+	// +optional
+	ChannelRoot Digest `json:"channelRoot,omitempty"`
+
 	// Releases pins each release a machine may run: version → digest of its release.json.
 	// A machine refuses any release whose document does not match its pin.
 	// +required

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
 	"liken.dev/liken/internal/supervisor"
+	"liken.dev/liken/internal/tuf"
 )
 
 // Boot is init's control of the boot loader, over its socket (supervisor.Client): what the
@@ -609,7 +611,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 	jctx, cancel := context.WithCancel(ctx)
 	j := &slotJob{slot: slot, version: version, digest: digest, verifyOnly: verifyOnly, cancel: cancel, exited: make(chan struct{})}
 	a.job = j
-	channel := string(c.Spec.Channel)
+	channel, root := string(c.Spec.Channel), string(c.Spec.ChannelRoot)
 	rec := a.bootInfo.Slots[slot]
 	obj := m.DeepCopy()
 	go func() {
@@ -618,7 +620,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 		if verifyOnly {
 			err = a.checkSlot(jctx, j, rec)
 		} else {
-			err = a.writeSlot(jctx, j, channel, obj, rec)
+			err = a.writeSlot(jctx, j, channel, root, obj, rec)
 		}
 		j.mu.Lock()
 		j.finished, j.err = true, err
@@ -631,12 +633,20 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 // writeSlot fetches the release's slot image into the slot, every byte hashed as it is
 // written. The slot is recorded as being written first, so a power cut leaves no record that
 // claims a release.
-func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel string, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
+func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel, root string, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
 	f := a.cfg.Fetcher
 	if f == nil {
 		f = &release.Fetcher{}
 	}
 	fetcher := *f
+	if root != "" {
+		// The pin must be what the channel's publisher signed, before anything of the
+		// release is fetched. What was trusted is kept beside the agent's state, so a
+		// channel rolled back to older metadata is refused.
+		if err := tuf.VerifyRelease(ctx, &fetcher, channel, root, j.version, j.digest, filepath.Join(a.cfg.State.Dir, "tuf")); err != nil {
+			return fmt.Errorf("release %s is not written: %w", j.version, err)
+		}
+	}
 	doc, _, err := fetcher.Document(ctx, channel, j.version, j.digest)
 	if err != nil {
 		return err
@@ -758,8 +768,12 @@ func (a *Agent) finishJob(ctx context.Context) error {
 	if m != nil {
 		reason := "SlotWriteFailed"
 		var mm *apirelease.MismatchError
-		if errors.As(err, &mm) {
+		var ve *tuf.VerifyError
+		switch {
+		case errors.As(err, &mm):
 			reason = v1alpha1.ReasonReleaseVerifyFailed
+		case errors.As(err, &ve):
+			reason = v1alpha1.ReasonReleaseNotSigned
 		}
 		if corrupt != nil {
 			reason = "SlotCorrupt"

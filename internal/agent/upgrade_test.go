@@ -196,6 +196,7 @@ func (b *fakeBoot) bootAsArmed(id string) {
 // serves them over real HTTP, counting the slot image downloads per version.
 type testChannel struct {
 	*httptest.Server
+	dir    string
 	pins   map[string]string
 	slots  map[string][]byte
 	gets   map[string]*atomic.Int32
@@ -205,7 +206,7 @@ type testChannel struct {
 func newTestChannel(t *testing.T, versions ...string) *testChannel {
 	t.Helper()
 	dir := t.TempDir()
-	c := &testChannel{pins: map[string]string{}, slots: map[string][]byte{}, gets: map[string]*atomic.Int32{}}
+	c := &testChannel{dir: dir, pins: map[string]string{}, slots: map[string][]byte{}, gets: map[string]*atomic.Int32{}}
 	for i, v := range versions {
 		img := bytes.Repeat([]byte(fmt.Sprintf("slot image %d of release %s\n", i, v)), 40_000)
 		sum := sha256.Sum256(img)

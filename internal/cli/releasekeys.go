@@ -217,23 +217,11 @@ func signTargets(repo *tuf.Repo, keys *tuf.Keys, releaseDir string, doc *apirele
 }
 
 // verifyPin checks that digest is the release document the channel's publisher signed for
-// version, from the root trusted by its digest.
+// version, keeping what it trusted under the user's cache (so a rollback is refused later).
 func verifyPin(ctx context.Context, f *release.Fetcher, channel, version, digest, trustedRoot string) error {
-	root, err := tuf.TrustedRoot(ctx, f, channel, trustedRoot)
-	if err != nil {
-		return err
-	}
 	cache := ""
 	if d, err := os.UserCacheDir(); err == nil {
 		cache = filepath.Join(d, "liken", "tuf")
 	}
-	c := &tuf.Client{Channel: channel, Root: root, CacheDir: cache, Fetcher: f}
-	t, err := c.Target(ctx, version+"/"+apirelease.DocumentName)
-	if err != nil {
-		return err
-	}
-	if got := "sha256:" + t.SHA256; got != digest {
-		return &tuf.VerifyError{Check: tuf.CheckMismatch, Err: fmt.Errorf("release %s's release.json is %s, but the channel signed %s (tampered with, or replaced)", version, digest, got)}
-	}
-	return nil
+	return tuf.VerifyRelease(ctx, f, channel, trustedRoot, version, digest, cache)
 }

@@ -22,6 +22,8 @@ type fleet struct {
 	// Version is the Cluster's spec.version; Policy its rebootPolicy.
 	Version string `json:"version"`
 	Policy  string `json:"rebootPolicy"`
+	// ChannelRoot is the channel's trusted root (spec.channelRoot); empty: unsigned.
+	ChannelRoot string `json:"channelRoot,omitempty"`
 	// Coordinator is the machine leading reboot coordination; Turns who holds a
 	// disruption-budget turn; DrainBlocked whose last drain was blocked.
 	Coordinator  string                `json:"coordinator,omitempty"`
@@ -116,7 +118,7 @@ func view(ctx context.Context, lc *kube.Client, names []string) (fleet, error) {
 	if err != nil {
 		return f, fmt.Errorf("reading the Cluster: %w", err)
 	}
-	f.Version, f.Policy = string(c.Spec.Version), string(c.Spec.RebootPolicy)
+	f.Version, f.Policy, f.ChannelRoot = string(c.Spec.Version), string(c.Spec.RebootPolicy), string(c.Spec.ChannelRoot)
 	f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
 	if c.Status.Rollout != nil {
 		f.TrialFailures = c.Status.Rollout.Failures
@@ -249,6 +251,11 @@ func render(w io.Writer, f fleet, sf statusFlags) error {
 // summary is the cluster's lines above the table.
 func summary(w io.Writer, f fleet) {
 	fmt.Fprintf(w, "cluster: wanted release %s, rebootPolicy %s, %d machines\n", dash(f.Version), f.Policy, len(f.Machines))
+	if f.ChannelRoot != "" {
+		fmt.Fprintf(w, "channel: signed; machines write only releases its keys signed (root %s)\n", shortDigest(f.ChannelRoot))
+	} else {
+		fmt.Fprintln(w, "channel: releases taken as pinned, unverified: nothing proves who published them (set spec.channelRoot to the channel's root; docs/upgrade.md)")
+	}
 	if f.Coordinator == "" {
 		fmt.Fprintln(w, "coordinator: none has written the Cluster's status (one runs on each server machine)")
 	} else {

@@ -196,3 +196,23 @@ func (t fetcher) DownloadFile(u string, maxLength int64, _ time.Duration) ([]byt
 	}
 	return b, nil
 }
+
+// VerifyRelease checks that digest is the release document the channel's publisher signed
+// for version, from the root trusted by its digest (rootDigest), keeping what it trusted in
+// cacheDir (empty: nothing). It fetches only metadata: a release refused here is never
+// downloaded.
+func VerifyRelease(ctx context.Context, f *release.Fetcher, channel, rootDigest, version, digest, cacheDir string) error {
+	root, err := TrustedRoot(ctx, f, channel, rootDigest)
+	if err != nil {
+		return err
+	}
+	c := &Client{Channel: channel, Root: root, CacheDir: cacheDir, Fetcher: f}
+	t, err := c.Target(ctx, version+"/release.json")
+	if err != nil {
+		return err
+	}
+	if got := "sha256:" + t.SHA256; got != digest {
+		return &VerifyError{Check: CheckMismatch, Err: fmt.Errorf("release %s is pinned to %s, but the channel's publisher signed %s (a release.json replaced, or a wrong pin)", version, digest, got)}
+	}
+	return nil
+}

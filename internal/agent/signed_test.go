@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/supervisor"
+	"liken.dev/liken/internal/tuf"
+)
+
+// TestReleaseMustBeSigned (issue 31): with the Cluster naming its channel's root
+// (spec.channelRoot), a machine refuses a release that is pinned but was never signed
+// before any byte of it is downloaded (a ReleaseNotSigned Event and the upgrade's message
+// name the failed check; the machine keeps running what it has), and writes a release the
+// channel signed, against a real API server and a channel served over real HTTP.
+func TestReleaseMustBeSigned(t *testing.T) {
+	const v1, v2, v3 = "2026.11.01-001", "2026.11.02-001", "2026.11.03-001"
+	ch := newTestChannel(t, v1, v2, v3)
+	repo := &tuf.Repo{Channel: ch.dir, Expiry: tuf.DefaultExpiry}
+	keyDir := t.TempDir()
+	root, err := repo.Init(tuf.InitOptions{KeyDir: keyDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := tuf.LoadKeys(keyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{v1, v2} { // v3 is in the channel, never signed
+		doc, _ := os.ReadFile(filepath.Join(ch.dir, v, apirelease.DocumentName))
+		ds, is := sha256.Sum256(doc), sha256.Sum256(ch.slots[v])
+		if err := repo.AddTargets(keys, []tuf.Target{
+			{Path: v + "/" + apirelease.DocumentName, Size: int64(len(doc)), SHA256: hex.EncodeToString(ds[:])},
+			{Path: v + "/slot.img", Size: int64(len(ch.slots[v])), SHA256: hex.EncodeToString(is[:])},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := setup(t, map[string]v1alpha1.Role{"sg1": v1alpha1.RoleServer})
+	f.useChannel(t, ch, v1)
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.ChannelRoot = v1alpha1.Digest(root) })
+
+	s := newSim(t, "sg1", v1alpha1.RoleServer)
+	slotDir := t.TempDir()
+	for _, n := range []string{"A", "B"} {
+		os.WriteFile(filepath.Join(slotDir, n+".img"), make([]byte, 2<<20), 0o644)
+	}
+	sum := sha256.Sum256(ch.slots[v1])
+	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", LayerDigest: testLayerDigest, Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1], SHA256: hex.EncodeToString(sum[:]), Size: int64(len(ch.slots[v1]))}}}}
+	boot.boot("boot-1", "A", false, "")
+	s.bootCtl = boot
+	s.slotDevice = func(slot string) (release.PartitionTarget, error) {
+		return release.PartitionTarget{Path: filepath.Join(slotDir, slot+".img"), Size: 2 << 20}, nil
+	}
+	s.boot(t, f)
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "sg1", "v1 running from slot A", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Release.Version == v1 && m.Status.Upgrade.State == v1alpha1.UpgradeIdle
+	})
+
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Version = v3 })
+	f.waitFor(t, "sg1", "v3 refused: not signed", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return strings.Contains(m.Status.Upgrade.Message, "release "+v3+" is not written") &&
+			strings.Contains(m.Status.Upgrade.Message, "failed the target check")
+	})
+	if n := ch.gets[v3].Load(); n != 0 {
+		t.Errorf("v3's slot image was fetched %d times; want none", n)
+	}
+	if rec := boot.get().Slots["B"]; rec.State != "" {
+		t.Errorf("slot B was recorded %+v for a release refused before its download", rec)
+	}
+	if m, _ := f.liken.Machine(t.Context(), "sg1"); m.Status.Release == nil || m.Status.Release.Version != v1 {
+		t.Errorf("the machine does not say it still runs v1: %+v", m.Status.Release)
+	}
+	waitCount(t, "a ReleaseNotSigned Event", func() bool {
+		evs, err := f.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=sg1,reason=" + v1alpha1.ReasonReleaseNotSigned})
+		return err == nil && len(evs.Items) > 0
+	})
+
+	// A release the channel signed is written, as before.
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Version = v2 })
+	f.waitFor(t, "sg1", "v2 staged in slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "B"
+	})
+	if rec := boot.get().Slots["B"]; !rec.Holds(ch.pins[v2]) {
+		t.Fatalf("slot B's record: %+v", rec)
+	}
+}
