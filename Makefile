@@ -12,6 +12,7 @@ bench: ## Run the benchmarks (figures, never pass/fail on time).
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'VerifiedDownload' -benchtime 1x ./internal/release/ 2>&1 | grep -E '^(ok|FAIL|---)|throughput-ratio'
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'Rollout|Idle' -benchtime 1x ./internal/coordinator/ 2>&1 | grep -E '^(ok|FAIL|---)|ideal-ratio|heap-MiB'
 	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'Diff1000' -benchtime 3x ./internal/cli/ 2>&1 | grep -E '^(ok|FAIL|---)|diff-s'
+	set -o pipefail; $(GO) test -count=1 -run '^$$' -bench 'Channel100' -benchtime 20x ./internal/tuf/ 2>&1 | grep -E '^(ok|FAIL|---)|verify-ms'
 
 clean-report:
 	@rm -f $(LIKEN_TEST_REPORT)

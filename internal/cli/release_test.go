@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
 )
 
 // makeRelease writes a release directory with one file and returns it.
@@ -254,5 +256,67 @@ func TestSignedChannelCommands(t *testing.T) {
 	}
 	if code, out, errOut := pin("2026.08.07-001", root); code != exitOK {
 		t.Fatalf("pin after the timestamp: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestUpgradePinVerifiesTheChannel (issue 31): with the Cluster naming its channel's root,
+// upgrade --pin pins only a release the channel's keys signed; a release copied into the
+// channel unsigned is refused, naming the check, and the Cluster is left as it was.
+func TestUpgradePinVerifiesTheChannel(t *testing.T) {
+	lc, kc := adminClient(t)
+	ensureCluster(t, lc)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	channel, keys := t.TempDir(), filepath.Join(t.TempDir(), "keys")
+	code, out, errOut := run(t, "release", "keys", "init", "--channel", channel, "--keys", keys, "-o", "json")
+	var init keysResult
+	if code != exitOK || json.Unmarshal([]byte(out), &init) != nil {
+		t.Fatalf("keys init: exit %d\n%s%s", code, out, errOut)
+	}
+	const old, signed, unsigned = "2026.09.01-001", "2026.09.02-001", "2026.09.03-001"
+	digests := map[string]string{}
+	for _, v := range []string{old, signed} {
+		code, out, errOut := run(t, "release", "publish", "--channel", channel, "--keys", keys, "-o", "json", makeRelease(t, v, "rootfs of "+v))
+		var r releaseResult
+		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil {
+			t.Fatalf("publish %s: exit %d\n%s%s", v, code, out, errOut)
+		}
+		digests[v] = r.Digest
+	}
+	plain := makeRelease(t, unsigned, "rootfs of "+unsigned)
+	if err := os.CopyFS(filepath.Join(channel, unsigned), os.DirFS(plain)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(plain, apirelease.DocumentName))
+	digests[unsigned] = apirelease.Digest(b)
+
+	cl, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := cl.Spec
+	t.Cleanup(func() {
+		if c, err := lc.Cluster(context.Background()); err == nil {
+			c.Spec = saved
+			lc.UpdateCluster(context.Background(), c)
+		}
+	})
+	cl.Spec.Channel, cl.Spec.ChannelRoot, cl.Spec.Version = "file://"+channel, v1alpha1.Digest(init.RootDigest), old
+	cl.Spec.Releases = map[string]v1alpha1.Digest{old: v1alpha1.Digest(digests[old])}
+	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run(t, "upgrade", unsigned, "--pin", digests[unsigned], "--kubeconfig", kc)
+	if code != exitFailed || !strings.Contains(errOut, "failed the target check") {
+		t.Errorf("upgrade to a release not signed: exit %d, want %d\n%s%s", code, exitFailed, out, errOut)
+	}
+	if c, _ := lc.Cluster(t.Context()); c.Spec.Version != old || c.Spec.Releases[unsigned] != "" {
+		t.Errorf("the refused upgrade changed the Cluster: version %s, releases %v", c.Spec.Version, c.Spec.Releases)
+	}
+	code, out, errOut = run(t, "upgrade", signed, "--pin", digests[signed], "--kubeconfig", kc)
+	if code != exitOK || strings.Contains(errOut, "unverified") {
+		t.Errorf("upgrade to the signed release: exit %d\n%s%s", code, out, errOut)
+	}
+	if c, _ := lc.Cluster(t.Context()); c.Spec.Version != signed || string(c.Spec.Releases[signed]) != digests[signed] {
+		t.Errorf("after the upgrade: version %s, releases %v", c.Spec.Version, c.Spec.Releases)
 	}
 }

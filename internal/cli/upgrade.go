@@ -259,6 +259,14 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 		if digest != pin {
 			return nil, fmt.Errorf("release %s in channel %s has digest %s, not the %s given: not pinned", version, cl.Spec.Channel, digest, pin)
 		}
+		if root := string(cl.Spec.ChannelRoot); root != "" {
+			// The machines would refuse a pin the channel's keys did not sign: refuse it here.
+			if err := verifyPin(ctx, fetcher(cmd.ErrOrStderr()), cl.Spec.Channel, version, pin, root); err != nil {
+				return nil, fmt.Errorf("release %s: not pinned: %w", version, err)
+			}
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: the Cluster names no channel root (spec.channelRoot): release %s is pinned unverified; nothing proves who published it\n", version)
+		}
 		if err := checkTestRelease(cmd.ErrOrStderr(), doc, allowTest); err != nil {
 			return nil, err
 		}
