@@ -133,7 +133,7 @@ warning: nothing then proves who published its releases.`,
 				return err
 			}
 			if signed {
-				if err := signTargets(repo, keys, args[0], doc); err != nil {
+				if err := repo.SignRelease(keys, args[0]); err != nil {
 					return fmt.Errorf("signing release %s (it is in the channel, not signed yet: publish it again with the keys): %w", doc.Version, err)
 				}
 			}

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/tuf"
 )
@@ -199,21 +196,6 @@ snapshot would expire first).`,
 	expiryFlags(f, &exp, "snapshot", "timestamp")
 	o.add(cmd)
 	return cmd
-}
-
-// signTargets signs a release published into a signed channel: its release.json and every
-// file it names, as targets.
-func signTargets(repo *tuf.Repo, keys *tuf.Keys, releaseDir string, doc *apirelease.Document) error {
-	raw, err := os.ReadFile(filepath.Join(releaseDir, apirelease.DocumentName))
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(raw)
-	targets := []tuf.Target{{Path: doc.Version + "/" + apirelease.DocumentName, Size: int64(len(raw)), SHA256: hex.EncodeToString(sum[:])}}
-	for _, f := range doc.Files {
-		targets = append(targets, tuf.Target{Path: doc.Version + "/" + f.Name, Size: f.Size, SHA256: f.SHA256})
-	}
-	return repo.AddTargets(keys, targets)
 }
 
 // verifyPin checks that digest is the release document the channel's publisher signed for

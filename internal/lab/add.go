@@ -97,7 +97,7 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 
 	manifests := filepath.Join(dir, "manifests")
 	machines := append(append([]Machine(nil), st.Machines...), m)
-	if err := WriteManifests(manifests, st.ChannelURL, firstVersion, firstPin, machines); err != nil {
+	if err := WriteManifests(manifests, st.ChannelURL, st.ChannelRoot, firstVersion, firstPin, machines); err != nil {
 		return nil, err
 	}
 	docs, err := manifest.Load(manifests)

@@ -12,12 +12,12 @@ import (
 
 // TestManifestsPassTheAPIsRules: the Cluster and Machines `lab up` writes pass the API's own
 // validation (the CRDs' schemas and CEL rules, offline), node IPs included, and each Machine
-// names its private address as k3s's node IP.
+// names its private address as k3s's node IP; the Cluster names the channel's signed root.
 func TestManifestsPassTheAPIsRules(t *testing.T) {
 	dir := t.TempDir()
 	machines := []Machine{{Name: "lab-server-1", Role: "server", MAC: "52:54:00:12:34:01", PrivateMAC: "52:54:00:76:00:10", IP: "192.168.76.10"},
 		agentMachine(1, 1024, 1), agentMachine(2, 1024, 1)}
-	if err := WriteManifests(dir, "http://10.0.2.2:8080/", "2026.12.01-001", "sha256:"+strings.Repeat("ab", 32), machines); err != nil {
+	if err := WriteManifests(dir, "http://10.0.2.2:8080/", "sha256:"+strings.Repeat("cd", 32), "2026.12.01-001", "sha256:"+strings.Repeat("ab", 32), machines); err != nil {
 		t.Fatal(err)
 	}
 	docs, err := manifest.Load(dir)
@@ -42,6 +42,9 @@ func TestManifestsPassTheAPIsRules(t *testing.T) {
 			want := []any{map[string]any{"registry": DemoRegistry, "endpoints": []any{"http://10.0.2.2:8080"}}}
 			if !reflect.DeepEqual(mirrors, want) {
 				t.Errorf("the Cluster's registry mirrors %v, want %v (the demo's registry, served beside the channel)", mirrors, want)
+			}
+			if root, _, _ := unstructured.NestedString(d.Object.Object, "spec", "channelRoot"); root != "sha256:"+strings.Repeat("cd", 32) {
+				t.Errorf("the Cluster's channelRoot %q, want the lab's channel's root", root)
 			}
 		}
 		for _, m := range machines {

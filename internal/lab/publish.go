@@ -12,6 +12,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/tuf"
 )
 
 // Publish builds release version from the lab's source tree into its channel and pins it in
@@ -62,9 +63,16 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 			return "", fmt.Errorf("building the release: %w", err)
 		}
 	}
-	pin, err := release.Publish(filepath.Join(st.Dir, "channel"), relDir)
+	pin, err := publishSigned(st, relDir)
 	if err != nil {
 		return "", err
+	}
+	if st.ChannelRoot != "" {
+		// Pinned as an operator pins: only what the channel's root, trusted by its digest,
+		// says its keys signed.
+		if err := tuf.VerifyRelease(ctx, &release.Fetcher{}, "file://"+filepath.Join(st.Dir, "channel"), st.ChannelRoot, version, pin, ""); err != nil {
+			return "", fmt.Errorf("release %s: not pinned: %w", version, err)
+		}
 	}
 	// The server's API may not answer for minutes after a build that kept the host's cores
 	// and disk busy (its TCG machine starved, its etcd waiting on writes): CI once saw it
@@ -84,6 +92,27 @@ func Publish(ctx context.Context, dir, version string, out io.Writer) (string, e
 		return "", fmt.Errorf("pinning %s in the Cluster (it is in the lab's channel; run the same publish again to pin it): %w", version, err)
 	}
 	fmt.Fprintf(out, "published %s into the lab's channel and pinned it in the Cluster (%s)\n", version, pin)
+	return pin, nil
+}
+
+// publishSigned lays the release in relDir out in the lab's channel and, when the channel is
+// signed (every lab since issue 31), signs it with the lab's keys. It returns the pin.
+func publishSigned(st *State, relDir string) (string, error) {
+	channel := filepath.Join(st.Dir, "channel")
+	pin, err := release.Publish(channel, relDir)
+	if err != nil {
+		return "", err
+	}
+	if !tuf.Signed(channel) {
+		return pin, nil
+	}
+	keys, err := tuf.LoadKeys(filepath.Join(st.Dir, "keys"))
+	if err != nil {
+		return "", err
+	}
+	if err := (&tuf.Repo{Channel: channel, Expiry: tuf.DefaultExpiry}).SignRelease(keys, relDir); err != nil {
+		return "", fmt.Errorf("signing release %s: %w", filepath.Base(relDir), err)
+	}
 	return pin, nil
 }
 

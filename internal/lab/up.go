@@ -26,6 +26,7 @@ import (
 	"liken.dev/liken/internal/manifest"
 	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/tuf"
 )
 
 // Options are `liken lab up`'s inputs.
@@ -163,12 +164,21 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if _, _, err := release.DefaultCache().Build(ReleaseOptions(o.Version, o.Source, relDir, o.Out)); err != nil {
 		return st, fmt.Errorf("building the release: %w", err)
 	}
+	// The lab's channel is signed, as a fleet's should be (docs/upgrade.md): its keys in
+	// DIR/keys, its root in the Cluster, so the machines write only what they signed.
 	channel := filepath.Join(dir, "channel")
-	pin, err := release.Publish(channel, relDir)
+	repo := &tuf.Repo{Channel: channel, Expiry: tuf.DefaultExpiry}
+	if st.ChannelRoot, err = repo.Init(tuf.InitOptions{KeyDir: filepath.Join(dir, "keys")}); err != nil {
+		return st, fmt.Errorf("signing the lab's channel: %w", err)
+	}
+	if err := st.save(); err != nil {
+		return st, fmt.Errorf("recording the lab: %w", err)
+	}
+	pin, err := publishSigned(st, relDir)
 	if err != nil {
 		return st, err
 	}
-	say("release built and published into %s (%s)", channel, pin)
+	say("release built and published into %s (%s), signed by the channel's keys in %s (root %s)", channel, pin, filepath.Join(dir, "keys"), st.ChannelRoot)
 	images := filepath.Join(dir, "registry")
 	if err := buildDemo(o.Source, images, time.Unix(1785000000, 0)); err != nil {
 		return st, err
@@ -203,7 +213,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		}
 	}
 	manifests := filepath.Join(dir, "manifests")
-	if err := WriteManifests(manifests, st.ChannelURL, st.Version, pin, st.Machines); err != nil {
+	if err := WriteManifests(manifests, st.ChannelURL, st.ChannelRoot, st.Version, pin, st.Machines); err != nil {
 		return st, err
 	}
 	docs, err := manifest.Load(manifests)
@@ -403,6 +413,8 @@ metadata:
   name: liken
 spec:
   channel: %s
+  # The channel's signed root: machines write only releases its keys signed.
+  %s
   releases:
     %q: %s
   version: %q
@@ -446,13 +458,17 @@ func agentMachine(n, memoryMiB, cpus int) Machine {
 		PrivateMAC: fmt.Sprintf("52:54:00:76:00:%02x", 0x20+n-1), IP: fmt.Sprintf("192.168.76.%d", 20+n-1), MemoryMiB: memoryMiB, CPUs: cpus}
 }
 
-// WriteManifests writes a lab's Cluster (channel, one release pinned and wanted) and its
+// WriteManifests writes a lab's Cluster (channel and its root, one release pinned and wanted) and its
 // Machines into dir, as `liken lab up` does; the VM tests stand clusters up from them too.
-func WriteManifests(dir, channelURL, version, pin string, machines []Machine) error {
+func WriteManifests(dir, channelURL, channelRoot, version, pin string, machines []Machine) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, channelURL, version, pin, version, DemoRegistry, strings.TrimSuffix(channelURL, "/")), 0o644); err != nil {
+	root := "# unsigned: no channelRoot"
+	if channelRoot != "" {
+		root = "channelRoot: " + channelRoot
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), fmt.Appendf(nil, clusterYAML, channelURL, root, version, pin, version, DemoRegistry, strings.TrimSuffix(channelURL, "/")), 0o644); err != nil {
 		return err
 	}
 	for _, m := range machines {

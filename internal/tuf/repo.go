@@ -13,6 +13,7 @@ import (
 
 	"github.com/theupdateframework/go-tuf/v2/metadata"
 
+	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/atomicfile"
 )
 
@@ -411,4 +412,23 @@ func (r *Repo) Rotate(keys *Keys, role, old, newKeyDir string) (string, error) {
 		err = r.writeTimestamp(next, s.timestamp, keys)
 	}
 	return id, err
+}
+
+// SignRelease signs a release laid out in the channel: its release.json (read from
+// releaseDir) and every file the document names, as targets under VERSION/.
+func (r *Repo) SignRelease(keys *Keys, releaseDir string) error {
+	raw, err := os.ReadFile(filepath.Join(releaseDir, apirelease.DocumentName))
+	if err != nil {
+		return err
+	}
+	doc, err := apirelease.Decode(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", releaseDir, err)
+	}
+	sum := sha256.Sum256(raw)
+	targets := []Target{{Path: doc.Version + "/" + apirelease.DocumentName, Size: int64(len(raw)), SHA256: hex.EncodeToString(sum[:])}}
+	for _, f := range doc.Files {
+		targets = append(targets, Target{Path: doc.Version + "/" + f.Name, Size: f.Size, SHA256: f.SHA256})
+	}
+	return r.AddTargets(keys, targets)
 }

@@ -149,6 +149,22 @@ func TestLabUpAndDown(t *testing.T) {
 	}
 	cfg.Timeout = 30 * time.Second
 	lc, _ := kube.NewClient(cfg)
+	// lab.35 (issue 31): the lab's channel is signed and its Cluster names the root, so
+	// every release the machines write below (the fleet upgrade's) is checked against the
+	// channel's signatures before its download.
+	if !strings.Contains(out, "signed by the channel's keys") {
+		t.Errorf("lab up did not say it signed its channel")
+	}
+	eventually(t, "reading the Cluster's channel root", func(ctx context.Context) error {
+		c, err := lc.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		if st, _ := lab.Read(dir); st == nil || c.Spec.ChannelRoot == "" || string(c.Spec.ChannelRoot) != st.ChannelRoot {
+			return fmt.Errorf("the Cluster's spec.channelRoot %q is not the lab's channel's root", c.Spec.ChannelRoot)
+		}
+		return nil
+	})
 	admin, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
