@@ -41,12 +41,12 @@ type State struct {
 	APIPort    int    `json:"apiPort"`
 	Kubeconfig string `json:"kubeconfig"`
 	// ChannelURL is the channel as the machines reach it; ChannelPID serves it.
-	ChannelURL string    `json:"channelURL"`
-	ChannelPID int       `json:"channelPID,omitempty"`
+	ChannelURL string `json:"channelURL"`
+	ChannelPID int    `json:"channelPID,omitempty"`
 	// ChannelRoot is the digest of the lab's signed channel's first root (the Cluster's
 	// spec.channelRoot); its keys are in DIR/keys.
-	ChannelRoot string `json:"channelRoot,omitempty"`
-	Machines   []Machine `json:"machines"`
+	ChannelRoot string    `json:"channelRoot,omitempty"`
+	Machines    []Machine `json:"machines"`
 	// Private is the machines' private network (a QEMU multicast socket) and KVM whether
 	// they run under KVM: what a machine booted later (Add) needs to join them.
 	Private string `json:"private,omitempty"`
