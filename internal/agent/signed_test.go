@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,12 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
-	"liken.dev/liken/internal/bootloader"
-	"liken.dev/liken/internal/release"
-	"liken.dev/liken/internal/supervisor"
 	"liken.dev/liken/internal/tuf"
 )
 
@@ -39,12 +32,7 @@ func TestReleaseMustBeSigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range []string{v1, v2} { // v3 is in the channel, never signed
-		doc, _ := os.ReadFile(filepath.Join(ch.dir, v, apirelease.DocumentName))
-		ds, is := sha256.Sum256(doc), sha256.Sum256(ch.slots[v])
-		if err := repo.AddTargets(keys, []tuf.Target{
-			{Path: v + "/" + apirelease.DocumentName, Size: int64(len(doc)), SHA256: hex.EncodeToString(ds[:])},
-			{Path: v + "/slot.img", Size: int64(len(ch.slots[v])), SHA256: hex.EncodeToString(is[:])},
-		}); err != nil {
+		if err := repo.SignRelease(keys, filepath.Join(ch.dir, v)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,19 +40,7 @@ func TestReleaseMustBeSigned(t *testing.T) {
 	f.useChannel(t, ch, v1)
 	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.ChannelRoot = v1alpha1.Digest(root) })
 
-	s := newSim(t, "sg1", v1alpha1.RoleServer)
-	slotDir := t.TempDir()
-	for _, n := range []string{"A", "B"} {
-		os.WriteFile(filepath.Join(slotDir, n+".img"), make([]byte, 2<<20), 0o644)
-	}
-	sum := sha256.Sum256(ch.slots[v1])
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", LayerDigest: testLayerDigest, Slots: bootloader.Slots{
-		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1], SHA256: hex.EncodeToString(sum[:]), Size: int64(len(ch.slots[v1]))}}}}
-	boot.boot("boot-1", "A", false, "")
-	s.bootCtl = boot
-	s.slotDevice = func(slot string) (release.PartitionTarget, error) {
-		return release.PartitionTarget{Path: filepath.Join(slotDir, slot+".img"), Size: 2 << 20}, nil
-	}
+	s, boot, _ := installedWith(t, "sg1", ch, v1)
 	s.boot(t, f)
 	s.start(t)
 	defer s.stop()

@@ -269,6 +269,27 @@ func (f *fixture) bootedOnClusterRelease(t *testing.T) *fakeBoot {
 	return boot
 }
 
+// installedWith is a server machine installed with ch's release v1 in slot A (its slots
+// files of 2 MiB in slotDir), booted from it, not started.
+func installedWith(t *testing.T, name string, ch *testChannel, v1 string) (s *sim, boot *fakeBoot, slotDir string) {
+	t.Helper()
+	s = newSim(t, name, v1alpha1.RoleServer)
+	slotDir = t.TempDir()
+	for _, n := range []string{"A", "B"} {
+		os.WriteFile(filepath.Join(slotDir, n+".img"), make([]byte, 2<<20), 0o644)
+	}
+	os.WriteFile(filepath.Join(slotDir, "A.img"), append(append([]byte{}, ch.slots[v1]...), make([]byte, 2<<20-len(ch.slots[v1]))...), 0o644)
+	sum := sha256.Sum256(ch.slots[v1])
+	boot = &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", LayerDigest: testLayerDigest, Slots: bootloader.Slots{
+		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1], SHA256: hex.EncodeToString(sum[:]), Size: int64(len(ch.slots[v1]))}}}}
+	boot.boot("boot-1", "A", false, "")
+	s.bootCtl = boot
+	s.slotDevice = func(slot string) (release.PartitionTarget, error) {
+		return release.PartitionTarget{Path: filepath.Join(slotDir, slot+".img"), Size: 2 << 20}, nil
+	}
+	return s, boot, slotDir
+}
+
 // TestUpgradeFlow drives the agent through an upgrade, a commit, a rollback without a
 // download, a failed trial that is not retried, a retry, and a slot found corrupt, against a
 // real API server and a real HTTP channel; init's boot control is faked (the VM tier runs
@@ -280,20 +301,7 @@ func TestUpgradeFlow(t *testing.T) {
 	f.useChannel(t, ch, v1)
 
 	// The machine was installed with v1 in slot A.
-	s := newSim(t, "u1", v1alpha1.RoleServer)
-	slotDir := t.TempDir()
-	for _, n := range []string{"A", "B"} {
-		os.WriteFile(filepath.Join(slotDir, n+".img"), make([]byte, 2<<20), 0o644)
-	}
-	os.WriteFile(filepath.Join(slotDir, "A.img"), append(append([]byte{}, ch.slots[v1]...), make([]byte, 2<<20-len(ch.slots[v1]))...), 0o644)
-	sum := sha256.Sum256(ch.slots[v1])
-	boot := &fakeBoot{info: supervisor.BootInfo{DefaultSlot: "A", LayerDigest: testLayerDigest, Slots: bootloader.Slots{
-		"A": {State: bootloader.SlotReady, Version: v1, Digest: ch.pins[v1], SHA256: hex.EncodeToString(sum[:]), Size: int64(len(ch.slots[v1]))}}}}
-	boot.boot("boot-1", "A", false, "")
-	s.bootCtl = boot
-	s.slotDevice = func(slot string) (release.PartitionTarget, error) {
-		return release.PartitionTarget{Path: filepath.Join(slotDir, slot+".img"), Size: 2 << 20}, nil
-	}
+	s, boot, slotDir := installedWith(t, "u1", ch, v1)
 	s.boot(t, f)
 	s.start(t)
 	f.waitFor(t, "u1", "v1 running from slot A", func(m *v1alpha1.Machine, _ *corev1.Node) bool {

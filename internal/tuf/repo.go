@@ -219,14 +219,7 @@ func (r *Repo) writeRoot(root *metadata.Metadata[metadata.RootType], keys *Keys,
 // writeTargets signs and writes targets, then a new snapshot naming it and a new timestamp
 // naming that: N.targets.json, N.snapshot.json, timestamp.json last.
 func (r *Repo) writeTargets(root *metadata.Metadata[metadata.RootType], targets *metadata.Metadata[metadata.TargetsType], keys *Keys) error {
-	if err := sign(targets, root, metadata.TARGETS, keys); err != nil {
-		return err
-	}
-	b, err := targets.ToBytes(true)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(filepath.Join(r.dir(), fmt.Sprintf("%d.targets.json", targets.Signed.Version)), b, 0o644); err != nil {
+	if err := signAndWrite(r, targets, root, metadata.TARGETS, fmt.Sprintf("%d.targets.json", targets.Signed.Version), keys); err != nil {
 		return err
 	}
 	snapshot := metadata.Snapshot(r.now().Add(r.Expiry.Snapshot))
@@ -238,14 +231,7 @@ func (r *Repo) writeTargets(root *metadata.Metadata[metadata.RootType], targets 
 }
 
 func (r *Repo) writeSnapshot(root *metadata.Metadata[metadata.RootType], snapshot *metadata.Metadata[metadata.SnapshotType], keys *Keys) error {
-	if err := sign(snapshot, root, metadata.SNAPSHOT, keys); err != nil {
-		return err
-	}
-	b, err := snapshot.ToBytes(true)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(filepath.Join(r.dir(), fmt.Sprintf("%d.snapshot.json", snapshot.Signed.Version)), b, 0o644); err != nil {
+	if err := signAndWrite(r, snapshot, root, metadata.SNAPSHOT, fmt.Sprintf("%d.snapshot.json", snapshot.Signed.Version), keys); err != nil {
 		return err
 	}
 	timestamp := metadata.Timestamp(r.now().Add(r.Expiry.Timestamp))
@@ -257,14 +243,20 @@ func (r *Repo) writeSnapshot(root *metadata.Metadata[metadata.RootType], snapsho
 }
 
 func (r *Repo) writeTimestamp(root *metadata.Metadata[metadata.RootType], timestamp *metadata.Metadata[metadata.TimestampType], keys *Keys) error {
-	if err := sign(timestamp, root, metadata.TIMESTAMP, keys); err != nil {
+	return signAndWrite(r, timestamp, root, metadata.TIMESTAMP, "timestamp.json", keys)
+}
+
+// signAndWrite signs m with role's keys, as root says, and writes it into the metadata
+// directory as name (atomically: a reader sees the old file or the new one).
+func signAndWrite[T metadata.Roles](r *Repo, m *metadata.Metadata[T], root *metadata.Metadata[metadata.RootType], role, name string, keys *Keys) error {
+	if err := sign(m, root, role, keys); err != nil {
 		return err
 	}
-	b, err := timestamp.ToBytes(true)
+	b, err := m.ToBytes(true)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(filepath.Join(r.dir(), "timestamp.json"), b, 0o644)
+	return atomicfile.Write(filepath.Join(r.dir(), name), b, 0o644)
 }
 
 // Target is a file to sign as a target: its path in the channel, size and SHA-256 (hex).
