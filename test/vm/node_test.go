@@ -154,7 +154,7 @@ func joinMachines(t *testing.T, opts apiserver.Options, sectorSize int, machineY
 	}
 	lc, _ := kube.NewClient(env.Admin)
 	set.Cluster.ResourceVersion = ""
-	set.Cluster.Spec.Channel = ch.guestURL
+	set.Cluster.Spec.Channel, set.Cluster.Spec.ChannelRoot = ch.guestURL, v1alpha1.Digest(ch.root)
 	set.Cluster.Spec.Releases = map[string]v1alpha1.Digest{}
 	for v, pin := range ch.pins {
 		set.Cluster.Spec.Releases[v] = v1alpha1.Digest(pin)

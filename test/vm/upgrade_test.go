@@ -249,6 +249,11 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	if n := j.channel.slotGets(releaseB); n != 1 {
 		t.Errorf("release B's slot image was requested %d times; want 1", n)
 	}
+	// upgrade.4a (issue 31): the channel is signed and the Cluster names its root: the
+	// machine fetched the signed metadata before B's slot image.
+	if n := j.channel.checkedBefore(releaseB); n == 0 {
+		t.Errorf("the machine fetched release B's slot image without first fetching the channel's signed metadata (timestamp.json)")
+	}
 	if m.Status.Release.Slot != "A" {
 		t.Fatalf("the machine left slot A before the reboot: %+v", m.Status.Release)
 	}
