@@ -37,6 +37,7 @@ type Cluster struct {
 //
 // +kubebuilder:validation:XValidation:rule="self.version in self.releases",messageExpression="'spec.version ' + self.version + ' is not pinned: add it with its digest to spec.releases first'"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.network) || has(self.network)",message="spec.network is immutable: it cannot be removed once set"
+// +kubebuilder:validation:XValidation:rule="!(has(self.channelRoot) && has(self.insecureUnsignedChannel) && self.insecureUnsignedChannel)",message="spec.channelRoot names the channel's signed root; spec.insecureUnsignedChannel takes releases unverified: give one, not both"
 type ClusterSpec struct {
 	// Channel is the URL of the release channel: a directory holding <version>/release.json
 	// and the release's files, served over http:// or https://, or read as file://.
@@ -53,6 +54,13 @@ type ClusterSpec struct {
 	// proves who published them.
 	// +optional
 	ChannelRoot Digest `json:"channelRoot,omitempty"`
+
+	// InsecureUnsignedChannel lets machines write releases from a channel without signed
+	// metadata, taken as their pins say, with nothing proving who published them: an
+	// operator's explicit choice for an old channel, said by liken status. Without it or
+	// channelRoot, no release is written.
+	// +optional
+	InsecureUnsignedChannel bool `json:"insecureUnsignedChannel,omitempty"`
 
 	// Releases pins each release a machine may run: version → digest of its release.json.
 	// A machine refuses any release whose document does not match its pin.

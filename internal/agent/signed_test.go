@@ -38,7 +38,7 @@ func TestReleaseMustBeSigned(t *testing.T) {
 	}
 	f := setup(t, map[string]v1alpha1.Role{"sg1": v1alpha1.RoleServer})
 	f.useChannel(t, ch, v1)
-	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.ChannelRoot = v1alpha1.Digest(root) })
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.ChannelRoot, c.Spec.InsecureUnsignedChannel = v1alpha1.Digest(root), false })
 
 	s, boot, _ := installedWith(t, "sg1", ch, v1)
 	s.boot(t, f)
@@ -74,5 +74,24 @@ func TestReleaseMustBeSigned(t *testing.T) {
 	})
 	if rec := boot.get().Slots["B"]; !rec.Holds(ch.pins[v2]) {
 		t.Fatalf("slot B's record: %+v", rec)
+	}
+}
+
+// TestChannelTrusted: a release is written from a channel whose root the Cluster names, or,
+// by the operator's explicit choice, unverified; from neither, never.
+func TestChannelTrusted(t *testing.T) {
+	for _, c := range []struct {
+		root     string
+		unsigned bool
+		ok       bool
+	}{
+		{"sha256:" + strings.Repeat("a", 64), false, true},
+		{"", true, true},
+		{"", false, false},
+	} {
+		err := channelTrusted(c.root, c.unsigned)
+		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "names no channel root") {
+			t.Errorf("root %q, unsigned %v: %v", c.root, c.unsigned, err)
+		}
 	}
 }

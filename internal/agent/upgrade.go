@@ -611,7 +611,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 	jctx, cancel := context.WithCancel(ctx)
 	j := &slotJob{slot: slot, version: version, digest: digest, verifyOnly: verifyOnly, cancel: cancel, exited: make(chan struct{})}
 	a.job = j
-	channel, root := string(c.Spec.Channel), string(c.Spec.ChannelRoot)
+	channel, root, unsigned := string(c.Spec.Channel), string(c.Spec.ChannelRoot), c.Spec.InsecureUnsignedChannel
 	rec := a.bootInfo.Slots[slot]
 	obj := m.DeepCopy()
 	go func() {
@@ -620,7 +620,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 		if verifyOnly {
 			err = a.checkSlot(jctx, j, rec)
 		} else {
-			err = a.writeSlot(jctx, j, channel, root, obj, rec)
+			err = a.writeSlot(jctx, j, channel, root, unsigned, obj, rec)
 		}
 		j.mu.Lock()
 		j.finished, j.err = true, err
@@ -633,12 +633,15 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 // writeSlot fetches the release's slot image into the slot, every byte hashed as it is
 // written. The slot is recorded as being written first, so a power cut leaves no record that
 // claims a release.
-func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel, root string, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
+func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel, root string, unsigned bool, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
 	f := a.cfg.Fetcher
 	if f == nil {
 		f = &release.Fetcher{}
 	}
 	fetcher := *f
+	if err := channelTrusted(root, unsigned); err != nil {
+		return fmt.Errorf("release %s is not written: %w", j.version, err)
+	}
 	if root != "" {
 		// The pin must be what the channel's publisher signed, before anything of the
 		// release is fetched. What was trusted is kept beside the agent's state, so a
@@ -692,6 +695,16 @@ func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel, root string,
 		return err
 	}
 	a.log.Info("slot written and verified", "slot", j.slot, "version", j.version)
+	return nil
+}
+
+// channelTrusted says whether the Cluster lets a release be written at all: from a signed
+// channel whose root it names, or, by the operator's explicit choice, from one taken
+// unverified.
+func channelTrusted(root string, unsigned bool) error {
+	if root == "" && !unsigned {
+		return &tuf.VerifyError{Check: tuf.CheckUnsigned, Err: errors.New("the Cluster names no channel root: set spec.channelRoot to the digest of the channel's signed root (liken release keys init prints it), or spec.insecureUnsignedChannel: true to take releases as pinned, unverified")}
+	}
 	return nil
 }
 

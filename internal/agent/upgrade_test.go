@@ -243,6 +243,8 @@ func (f *fixture) useChannel(t *testing.T, ch *testChannel, version string) {
 	f.restoreCluster(t, func(c *v1alpha1.Cluster) { c.Spec = old.Spec })
 	f.editCluster(func(c *v1alpha1.Cluster) {
 		c.Spec.Channel = ch.URL + "/"
+		// Unsigned, by the test's explicit choice: TestReleaseMustBeSigned signs its channel.
+		c.Spec.InsecureUnsignedChannel = true
 		c.Spec.Releases = map[string]v1alpha1.Digest{}
 		for v, pin := range ch.pins {
 			c.Spec.Releases[v] = v1alpha1.Digest(pin)

@@ -672,7 +672,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 			lc.UpdateCluster(context.Background(), c)
 		}
 	})
-	cl.Spec.Channel, cl.Spec.Version = "file://"+channel, old
+	cl.Spec.Channel, cl.Spec.Version, cl.Spec.InsecureUnsignedChannel = "file://"+channel, old, true
 	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
 		t.Fatal(err)
 	}

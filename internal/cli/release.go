@@ -156,12 +156,12 @@ warning: nothing then proves who published its releases.`,
 func newReleasePin() *cobra.Command {
 	var o output
 	var channel, version, clusterFile, trustedRoot string
-	var setVersion, allowTest bool
+	var setVersion, allowTest, unsigned bool
 	cmd := &cobra.Command{
-		Use:   "pin --channel URL --version V [--cluster FILE [--set-version]]",
+		Use:   "pin --channel URL --version V (--trusted-root DIGEST | --insecure-unsigned) [--cluster FILE [--set-version]]",
 		Short: "print a release's digest; with --cluster, pin it in that Cluster manifest",
-		Example: `  liken release pin --channel https://releases.example.com/liken --version 2026.07.20-001
-  liken release pin --channel file:///srv/channel --version 2026.07.20-001 --cluster cluster.yaml --set-version`,
+		Example: `  liken release pin --channel https://releases.example.com/liken --version 2026.07.20-001 --trusted-root sha256:...
+  liken release pin --channel file:///srv/channel --version 2026.07.20-001 --trusted-root sha256:... --cluster cluster.yaml --set-version`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkRelease(&o, channel, version); err != nil {
@@ -170,7 +170,12 @@ func newReleasePin() *cobra.Command {
 			if setVersion && clusterFile == "" {
 				return usageErr("--set-version needs --cluster")
 			}
-			if trustedRoot != "" && !apirelease.ValidDigest(trustedRoot) {
+			switch {
+			case trustedRoot != "" && unsigned:
+				return usageErr("give --trusted-root or --insecure-unsigned, not both")
+			case trustedRoot == "" && !unsigned:
+				return usageErr("give --trusted-root DIGEST, the digest of the channel's signed root (liken release keys init printed it), or --insecure-unsigned to pin what an unsigned channel serves, unverified")
+			case trustedRoot != "" && !apirelease.ValidDigest(trustedRoot):
 				return usageErr("--trusted-root %q is not a digest: give sha256: followed by 64 lowercase hexadecimal digits", trustedRoot)
 			}
 			f := fetcher(cmd.ErrOrStderr())
@@ -183,7 +188,7 @@ func newReleasePin() *cobra.Command {
 					return fmt.Errorf("release %s: %w", version, err)
 				}
 			} else {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: release %s is pinned as the channel serves it, unverified: nothing proves who published it; give --trusted-root with the digest of the channel's root (docs/upgrade.md)\n", version)
+				fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: --insecure-unsigned: release %s is pinned as the channel serves it, unverified: nothing proves who published it (docs/upgrade.md, \"Signed channels\")\n", version)
 			}
 			if doc.Components.K3s.StandIn {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: this release carries liken's k3s stand-in, not k3s: it is for tests only")
@@ -221,6 +226,7 @@ func newReleasePin() *cobra.Command {
 	cmd.Flags().BoolVar(&setVersion, "set-version", false, "also set the Cluster's spec.version to this release")
 	cmd.Flags().BoolVar(&allowTest, "allow-test-release", false, "pin a release built for tests (with liken.test.* fault switches)")
 	cmd.Flags().StringVar(&trustedRoot, "trusted-root", "", "the digest of the channel's first root (from liken release keys init): pin only what its keys signed")
+	cmd.Flags().BoolVar(&unsigned, "insecure-unsigned", false, "pin from a channel without signed metadata, unverified (loudly): nothing proves who published the release")
 	o.add(cmd)
 	return cmd
 }

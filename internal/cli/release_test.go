@@ -55,14 +55,14 @@ func TestTestReleaseIsNotPinnedByAccident(t *testing.T) {
 	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	os.WriteFile(cluster, ex, 0o644)
-	code, _, errOut := run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.05-001", "--cluster", cluster)
+	code, _, errOut := run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.05-001", "--cluster", cluster, "--insecure-unsigned")
 	if code != exitFailed || !strings.Contains(errOut, "built for tests") || !strings.Contains(errOut, "--allow-test-release") {
 		t.Errorf("pin of a test release: %d %s", code, errOut)
 	}
 	if after, _ := os.ReadFile(cluster); string(after) != string(ex) {
 		t.Error("the refused pin changed the Cluster file")
 	}
-	code, out, errOut := run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.05-001", "--cluster", cluster, "--allow-test-release")
+	code, out, errOut := run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.05-001", "--cluster", cluster, "--allow-test-release", "--insecure-unsigned")
 	if code != exitOK || !strings.Contains(out, "pinned 2026.08.05-001") || !strings.Contains(errOut, "warning: release 2026.08.05-001 was built for tests") {
 		t.Errorf("pin --allow-test-release: %d %s %s", code, out, errOut)
 	}
@@ -98,7 +98,7 @@ func TestReleasePublishPinVerify(t *testing.T) {
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	os.WriteFile(cluster, ex, 0o644)
 	for _, url := range []string{"file://" + channel, srv.URL} {
-		code, out, errOut := run(t, "release", "pin", "--channel", url, "--version", "2026.08.01-001", "--cluster", cluster)
+		code, out, errOut := run(t, "release", "pin", "--channel", url, "--version", "2026.08.01-001", "--cluster", cluster, "--insecure-unsigned")
 		if code != exitOK || !strings.Contains(out, "2026.08.01-001 "+digest) {
 			t.Fatalf("pin from %s: %d %s %s", url, code, out, errOut)
 		}
@@ -107,7 +107,7 @@ func TestReleasePublishPinVerify(t *testing.T) {
 		t.Errorf("the pinned Cluster no longer validates: %s %s", out, errOut)
 	}
 	// --set-version pins and makes it the Cluster's spec.version in one checked write.
-	code, out, errOut = run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.01-001", "--cluster", cluster, "--set-version")
+	code, out, errOut = run(t, "release", "pin", "--channel", "file://"+channel, "--version", "2026.08.01-001", "--cluster", cluster, "--set-version", "--insecure-unsigned")
 	if code != exitOK || !strings.Contains(out, "spec.version is 2026.08.01-001") {
 		t.Fatalf("pin --set-version: %d %s %s", code, out, errOut)
 	}
@@ -151,7 +151,7 @@ func TestRetriesAreShown(t *testing.T) {
 		files.ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	code, out, errOut := run(t, "release", "pin", "--channel", srv.URL, "--version", "2026.08.02-001")
+	code, out, errOut := run(t, "release", "pin", "--channel", srv.URL, "--version", "2026.08.02-001", "--insecure-unsigned")
 	if code != exitOK || !strings.HasPrefix(out, "2026.08.02-001 sha256:") {
 		t.Fatalf("pin through two 503s: exit %d %s %s", code, out, errOut)
 	}
@@ -167,7 +167,7 @@ func TestRetriesAreShown(t *testing.T) {
 // to go without keys and signs with them; pin with --trusted-root accepts the signed release
 // and refuses a release.json replaced after signing, a root it does not trust, and a
 // release copied in unsigned; after a rotation of the targets key the chain is followed;
-// without --trusted-root pin warns that nothing was verified.
+// pin refuses to go without --trusted-root unless told --insecure-unsigned, and then warns.
 func TestSignedChannelCommands(t *testing.T) {
 	channel, keys := t.TempDir(), filepath.Join(t.TempDir(), "keys")
 	srv := httptest.NewServer(http.FileServer(http.Dir(channel)))
@@ -194,6 +194,8 @@ func TestSignedChannelCommands(t *testing.T) {
 		args := []string{"release", "pin", "--channel", srv.URL, "--version", version, "-o", "json"}
 		if trusted != "" {
 			args = append(args, "--trusted-root", trusted)
+		} else {
+			args = append(args, "--insecure-unsigned")
 		}
 		return run(t, args...)
 	}
@@ -203,8 +205,11 @@ func TestSignedChannelCommands(t *testing.T) {
 		t.Fatalf("pin of the signed release: exit %d\n%s%s", code, out, errOut)
 	}
 	code, _, errOut = pin("2026.08.05-001", "")
-	if code != exitOK || !strings.Contains(errOut, "unverified: nothing proves who published it") {
-		t.Errorf("pin without a trusted root: exit %d, want 0 and a warning: %s", code, errOut)
+	if code != exitOK || !strings.Contains(errOut, "WARNING: --insecure-unsigned") {
+		t.Errorf("pin with --insecure-unsigned: exit %d, want 0 and a warning: %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "release", "pin", "--channel", srv.URL, "--version", "2026.08.05-001"); code != exitUsage || !strings.Contains(errOut, "give --trusted-root DIGEST") {
+		t.Errorf("pin with neither --trusted-root nor --insecure-unsigned: exit %d, want %d: %s", code, exitUsage, errOut)
 	}
 	code, _, errOut = pin("2026.08.05-001", "sha256:"+strings.Repeat("2", 64))
 	if code == exitOK || !strings.Contains(errOut, "failed the root check") {
@@ -261,7 +266,8 @@ func TestSignedChannelCommands(t *testing.T) {
 
 // TestUpgradePinVerifiesTheChannel (issue 31): with the Cluster naming its channel's root,
 // upgrade --pin pins only a release the channel's keys signed; a release copied into the
-// channel unsigned is refused, naming the check, and the Cluster is left as it was.
+// channel unsigned is refused, naming the check, and the Cluster is left as it was; with no
+// root named (and no explicit insecureUnsignedChannel) nothing is pinned.
 func TestUpgradePinVerifiesTheChannel(t *testing.T) {
 	lc, kc := adminClient(t)
 	ensureCluster(t, lc)
@@ -318,5 +324,19 @@ func TestUpgradePinVerifiesTheChannel(t *testing.T) {
 	}
 	if c, _ := lc.Cluster(t.Context()); c.Spec.Version != signed || string(c.Spec.Releases[signed]) != digests[signed] {
 		t.Errorf("after the upgrade: version %s, releases %v", c.Spec.Version, c.Spec.Releases)
+	}
+	// A Cluster that names no root and does not take its channel unsigned pins nothing: its
+	// machines would write nothing.
+	cl, err = lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Spec.ChannelRoot = ""
+	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run(t, "upgrade", unsigned, "--pin", digests[unsigned], "--kubeconfig", kc)
+	if code != exitFailed || !strings.Contains(errOut, "names no channel root") {
+		t.Errorf("upgrade --pin with no channel root named: exit %d, want %d\n%s%s", code, exitFailed, out, errOut)
 	}
 }

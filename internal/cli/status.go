@@ -22,8 +22,10 @@ type fleet struct {
 	// Version is the Cluster's spec.version; Policy its rebootPolicy.
 	Version string `json:"version"`
 	Policy  string `json:"rebootPolicy"`
-	// ChannelRoot is the channel's trusted root (spec.channelRoot); empty: unsigned.
+	// ChannelRoot is the channel's trusted root (spec.channelRoot); Unsigned: releases are
+	// taken unverified (spec.insecureUnsignedChannel).
 	ChannelRoot string `json:"channelRoot,omitempty"`
+	Unsigned    bool   `json:"insecureUnsignedChannel,omitempty"`
 	// Coordinator is the machine leading reboot coordination; Turns who holds a
 	// disruption-budget turn; DrainBlocked whose last drain was blocked.
 	Coordinator  string                `json:"coordinator,omitempty"`
@@ -118,7 +120,7 @@ func view(ctx context.Context, lc *kube.Client, names []string) (fleet, error) {
 	if err != nil {
 		return f, fmt.Errorf("reading the Cluster: %w", err)
 	}
-	f.Version, f.Policy, f.ChannelRoot = string(c.Spec.Version), string(c.Spec.RebootPolicy), string(c.Spec.ChannelRoot)
+	f.Version, f.Policy, f.ChannelRoot, f.Unsigned = string(c.Spec.Version), string(c.Spec.RebootPolicy), string(c.Spec.ChannelRoot), c.Spec.InsecureUnsignedChannel
 	f.Coordinator, f.Turns, f.DrainBlocked, f.Conditions = c.Status.Coordinator, c.Status.Turns, c.Status.DrainBlocked, c.Status.Conditions
 	if c.Status.Rollout != nil {
 		f.TrialFailures = c.Status.Rollout.Failures
@@ -251,10 +253,13 @@ func render(w io.Writer, f fleet, sf statusFlags) error {
 // summary is the cluster's lines above the table.
 func summary(w io.Writer, f fleet) {
 	fmt.Fprintf(w, "cluster: wanted release %s, rebootPolicy %s, %d machines\n", dash(f.Version), f.Policy, len(f.Machines))
-	if f.ChannelRoot != "" {
+	switch {
+	case f.ChannelRoot != "":
 		fmt.Fprintf(w, "channel: signed; machines write only releases its keys signed (root %s)\n", shortDigest(f.ChannelRoot))
-	} else {
-		fmt.Fprintln(w, "channel: releases taken as pinned, unverified: nothing proves who published them (set spec.channelRoot to the channel's root; docs/upgrade.md)")
+	case f.Unsigned:
+		fmt.Fprintln(w, "channel: INSECURE: releases taken as pinned, unverified (spec.insecureUnsignedChannel): nothing proves who published them")
+	default:
+		fmt.Fprintln(w, "channel: no root named (spec.channelRoot): machines write no release until the Cluster names the channel's signed root (docs/upgrade.md)")
 	}
 	if f.Coordinator == "" {
 		fmt.Fprintln(w, "coordinator: none has written the Cluster's status (one runs on each server machine)")

@@ -264,8 +264,10 @@ func setVersion(cmd *cobra.Command, lc *kube.Client, up bool, version, pin strin
 			if err := verifyPin(ctx, fetcher(cmd.ErrOrStderr()), cl.Spec.Channel, version, pin, root); err != nil {
 				return nil, fmt.Errorf("release %s: not pinned: %w", version, err)
 			}
+		} else if cl.Spec.InsecureUnsignedChannel {
+			fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: the Cluster takes its channel unsigned (spec.insecureUnsignedChannel): release %s is pinned unverified; nothing proves who published it\n", version)
 		} else {
-			fmt.Fprintf(cmd.ErrOrStderr(), "warning: the Cluster names no channel root (spec.channelRoot): release %s is pinned unverified; nothing proves who published it\n", version)
+			return nil, fmt.Errorf("release %s: not pinned: the Cluster names no channel root (spec.channelRoot, the digest liken release keys init printed), and its machines would write no release; set it, or spec.insecureUnsignedChannel: true for a channel that is not signed", version)
 		}
 		if err := checkTestRelease(cmd.ErrOrStderr(), doc, allowTest); err != nil {
 			return nil, err

@@ -52,6 +52,8 @@ var invalidCases = []invalidCase{
 	{"digest without algorithm", "cluster", setTo("spec.releases", map[string]any{"2026.07.20-001": strings.Repeat("ab", 32)}), "must be a release digest"},
 	{"version not pinned", "cluster", setTo("spec.version", "2026.09.01-001"), "spec.version 2026.09.01-001 is not pinned: add it with its digest to spec.releases first"},
 	{"version malformed", "cluster", setTo("spec.version", "latest"), "must be a release version such as 2026.07.20-001"},
+	{"a signed root and unsigned too", "cluster", setTo("spec.insecureUnsignedChannel", true), "give one, not both"},
+	{"channel root not a digest", "cluster", setTo("spec.channelRoot", "sha256:XYZ"), "must be a release digest"},
 	{"release key malformed", "cluster", setTo("spec.releases", map[string]any{"v1.2": "sha256:" + strings.Repeat("ab", 32)}), "release versions (the keys of spec.releases) must look like 2026.07.20-001"},
 	{"no releases", "cluster", setTo("spec.releases", map[string]any{}), "spec.releases: Invalid value"},
 	{"budget zero", "cluster", setTo("spec.disruptionBudget.maxUnavailable", 0), "maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"},
