@@ -38,7 +38,9 @@ func TestReleaseMustBeSigned(t *testing.T) {
 	}
 	f := setup(t, map[string]v1alpha1.Role{"sg1": v1alpha1.RoleServer})
 	f.useChannel(t, ch, v1)
-	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.ChannelRoot, c.Spec.InsecureUnsignedChannel = v1alpha1.Digest(root), false })
+	f.editCluster(func(c *v1alpha1.Cluster) {
+		c.Spec.ChannelRoot, c.Spec.InsecureUnsignedChannel = v1alpha1.Digest(root), false
+	})
 
 	s, boot, _ := installedWith(t, "sg1", ch, v1)
 	s.boot(t, f)
