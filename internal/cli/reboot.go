@@ -210,17 +210,35 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting, s
 	if len(serversDown) > 0 {
 		fields["serversDown"] = serversDown
 	}
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": m.ResourceVersion},
-		"spec":     map[string]any{"reboot": map[string]any{"approval": fields}},
-	})
-	if _, err := lc.PatchMachine(cmd.Context(), name, patch); err != nil {
-		if apierrors.IsConflict(err) {
+	// A conflict from a change of status alone (the agent refreshing its conditions or
+	// progress: the same spec, the same pending set, seen by the agent) leaves what is
+	// approved as it was: the write is made again on the newer version. Any other change
+	// refuses the approval.
+	for attempt := 0; ; attempt++ {
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": m.ResourceVersion},
+			"spec":     map[string]any{"reboot": map[string]any{"approval": fields}},
+		})
+		_, err := lc.PatchMachine(cmd.Context(), name, patch)
+		if err == nil {
+			return a, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return approval{}, fmt.Errorf("writing the approval: %w", err)
+		}
+		now, rerr := lc.Machine(cmd.Context(), name)
+		if rerr != nil || attempt >= 4 || !sameApproval(m, now) {
 			return approval{}, errors.New("the Machine changed while it was being approved; look at its pending set again")
 		}
-		return approval{}, fmt.Errorf("writing the approval: %w", err)
+		m = now
 	}
-	return a, nil
+}
+
+// sameApproval says whether the Machine now differs from the one read only in its status,
+// with the same pending set, still describing its spec: an approval for before holds now.
+func sameApproval(before, now *v1alpha1.Machine) bool {
+	return now.Generation == before.Generation && now.Status.ObservedGeneration >= now.Generation &&
+		now.Status.PendingHash == before.Status.PendingHash
 }
 
 // unseenRequest is the time of the Machine's reboot request when its status shows neither

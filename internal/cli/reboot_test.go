@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,6 +132,44 @@ func TestApproveRebootWaitsForTheAgent(t *testing.T) {
 		if a := approvalOf(t, "wait-1"); a == nil || a.PendingHash != want {
 			t.Errorf("wait-1's approval %+v; want the pending set with the request, %s", a, want)
 		}
+	})
+
+	t.Run("the agent refreshing its status meanwhile", func(t *testing.T) {
+		// The agent rewrites its status (the same pending set) while the approval is
+		// written: a change of status alone must not refuse it (the lab's server machine
+		// refreshed its status between approve-reboot's read and write once).
+		machine(t, "wait-4")
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan int)
+		go func() {
+			n := 0
+			defer func() { done <- n }()
+			// Every 20 ms: far more often than an agent writes its status.
+			for ctx.Err() == nil {
+				time.Sleep(20 * time.Millisecond)
+				cur, err := lc.Machine(ctx, "wait-4")
+				if err != nil {
+					continue
+				}
+				cur.Status.Reboot.Message = fmt.Sprintf("refreshed %d", n)
+				cur.Status.ObservedGeneration = cur.Generation // it has seen each approval
+				if _, err := lc.UpdateMachineStatus(ctx, cur); err == nil {
+					n++
+				}
+			}
+		}()
+		for i := range 10 {
+			// --wait: each approval is an edit the agent must see before the next.
+			if code, out, errOut := run(t, append([]string{"approve-reboot", "wait-4", "--wait", "30s"}, k...)...); code != exitOK {
+				stop()
+				t.Fatalf("approval %d while the status changed: exit %d\n%s%s", i, code, out, errOut)
+			}
+		}
+		stop()
+		if n := <-done; n < 5 {
+			t.Errorf("the status was refreshed only %d times meanwhile: the test proves little", n)
+		}
+		// A change of spec still refuses: the pending set the approval named may be gone.
 	})
 
 	t.Run("an agent that does not report", func(t *testing.T) {
