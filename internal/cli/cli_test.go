@@ -275,6 +275,24 @@ func ensureCluster(t testing.TB, lc *kube.Client) {
 	}
 }
 
+// clusterRestoredAfter reads the Cluster, which the package's tests share, and has its spec
+// put back when the test ends.
+func clusterRestoredAfter(t *testing.T, lc *kube.Client) *v1alpha1.Cluster {
+	t.Helper()
+	cl, err := lc.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := cl.Spec
+	t.Cleanup(func() {
+		if c, err := lc.Cluster(context.Background()); err == nil {
+			c.Spec = saved
+			lc.UpdateCluster(context.Background(), c)
+		}
+	})
+	return cl
+}
+
 func TestVersion(t *testing.T) {
 	code, out, errOut := run(t, "version", "-o", "json")
 	var v versionInfo
@@ -661,17 +679,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 	if code != exitOK || json.Unmarshal([]byte(out), &pub) != nil {
 		t.Fatalf("publish: %d %s %s", code, out, errOut)
 	}
-	cl, err := lc.Cluster(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := cl.Spec
-	t.Cleanup(func() {
-		if c, err := lc.Cluster(context.Background()); err == nil {
-			c.Spec = saved
-			lc.UpdateCluster(context.Background(), c)
-		}
-	})
+	cl := clusterRestoredAfter(t, lc)
 	cl.Spec.Channel, cl.Spec.Version, cl.Spec.InsecureUnsignedChannel = "file://"+channel, old, true
 	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -295,17 +294,7 @@ func TestUpgradePinVerifiesTheChannel(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(plain, apirelease.DocumentName))
 	digests[unsigned] = apirelease.Digest(b)
 
-	cl, err := lc.Cluster(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := cl.Spec
-	t.Cleanup(func() {
-		if c, err := lc.Cluster(context.Background()); err == nil {
-			c.Spec = saved
-			lc.UpdateCluster(context.Background(), c)
-		}
-	})
+	cl := clusterRestoredAfter(t, lc)
 	cl.Spec.Channel, cl.Spec.ChannelRoot, cl.Spec.Version = "file://"+channel, v1alpha1.Digest(init.RootDigest), old
 	cl.Spec.Releases = map[string]v1alpha1.Digest{old: v1alpha1.Digest(digests[old])}
 	if _, err := lc.UpdateCluster(t.Context(), cl); err != nil {
@@ -327,7 +316,7 @@ func TestUpgradePinVerifiesTheChannel(t *testing.T) {
 	}
 	// A Cluster that names no root and does not take its channel unsigned pins nothing: its
 	// machines would write nothing.
-	cl, err = lc.Cluster(t.Context())
+	cl, err := lc.Cluster(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,16 +86,7 @@ func (r *Repo) Init(o InitOptions) (string, error) {
 	keys := &Keys{byID: map[string]ed25519.PrivateKey{}}
 	for _, role := range Roles {
 		for range counts[role][0] {
-			id, priv, err := NewKey(o.KeyDir, role)
-			if err != nil {
-				return "", err
-			}
-			keys.byID[id] = priv
-			pub, err := publicKey(priv)
-			if err != nil {
-				return "", err
-			}
-			if err := root.Signed.AddKey(pub, role); err != nil {
+			if _, err := addNewKey(root, keys, o.KeyDir, role); err != nil {
 				return "", err
 			}
 		}
@@ -114,6 +105,20 @@ func (r *Repo) Init(o InitOptions) (string, error) {
 	}
 	sum := sha256.Sum256(rootBytes)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// addNewKey makes a key for role in dir, holds it in keys, and has root trust it for role.
+func addNewKey(root *metadata.Metadata[metadata.RootType], keys *Keys, dir, role string) (string, error) {
+	id, priv, err := NewKey(dir, role)
+	if err != nil {
+		return "", err
+	}
+	keys.byID[id] = priv
+	pub, err := publicKey(priv)
+	if err != nil {
+		return "", err
+	}
+	return id, root.Signed.AddKey(pub, role)
 }
 
 // state is the channel's current metadata.
@@ -368,17 +373,9 @@ func (r *Repo) Rotate(keys *Keys, role, old, newKeyDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	id, priv, err := NewKey(newKeyDir, role)
-	if err != nil {
-		return "", err
-	}
-	keys.byID[id] = priv
-	pub, err := publicKey(priv)
-	if err != nil {
-		return "", err
-	}
 	next := s.root
-	if err := next.Signed.AddKey(pub, role); err != nil {
+	id, err := addNewKey(next, keys, newKeyDir, role)
+	if err != nil {
 		return "", err
 	}
 	if err := next.Signed.RevokeKey(revoke, role); err != nil {
