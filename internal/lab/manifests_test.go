@@ -36,6 +36,23 @@ func TestManifestsPassTheAPIsRules(t *testing.T) {
 			t.Errorf("%s: %v", d.Source, errs.ToAggregate())
 		}
 	}
+	// A lab recorded before its channel was signed says it takes the channel unsigned.
+	old := t.TempDir()
+	if err := WriteManifests(old, "http://10.0.2.2:8080/", "", "2026.12.01-001", "sha256:"+strings.Repeat("ab", 32), machines); err != nil {
+		t.Fatal(err)
+	}
+	if od, err := manifest.Load(old); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, d := range od {
+			if errs := v.Create(d.Object); len(errs) > 0 {
+				t.Errorf("%s: %v", d.Source, errs.ToAggregate())
+			}
+			if unsigned, _, _ := unstructured.NestedBool(d.Object.Object, "spec", "insecureUnsignedChannel"); d.Object.GetKind() == "Cluster" && !unsigned {
+				t.Errorf("the Cluster of an unsigned lab channel does not say insecureUnsignedChannel")
+			}
+		}
+	}
 	for _, d := range docs {
 		if d.Object.GetKind() == "Cluster" {
 			mirrors, _, _ := unstructured.NestedSlice(d.Object.Object, "spec", "registries", "mirrors")
@@ -45,6 +62,9 @@ func TestManifestsPassTheAPIsRules(t *testing.T) {
 			}
 			if root, _, _ := unstructured.NestedString(d.Object.Object, "spec", "channelRoot"); root != "sha256:"+strings.Repeat("cd", 32) {
 				t.Errorf("the Cluster's channelRoot %q, want the lab's channel's root", root)
+			}
+			if unsigned, _, _ := unstructured.NestedBool(d.Object.Object, "spec", "insecureUnsignedChannel"); unsigned {
+				t.Errorf("the Cluster of a signed channel takes it unsigned too")
 			}
 		}
 		for _, m := range machines {

@@ -464,7 +464,9 @@ func WriteManifests(dir, channelURL, channelRoot, version, pin string, machines 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	root := "# unsigned: no channelRoot"
+	// A lab made before its channel was signed (no root recorded) says so, as an operator
+	// must: without either line its machines would write no release.
+	root := "insecureUnsignedChannel: true"
 	if channelRoot != "" {
 		root = "channelRoot: " + channelRoot
 	}
