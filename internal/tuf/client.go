@@ -149,7 +149,8 @@ func (c *Client) Target(ctx context.Context, path string) (Target, error) {
 	}
 	tf, err := u.GetTargetInfo(path)
 	if err != nil {
-		if strings.Contains(err.Error(), "not found") {
+		// go-tuf says so in an untyped error: matched whole, so no other error is taken for it.
+		if err.Error() == fmt.Sprintf("target %s not found", path) {
 			return Target{}, &VerifyError{Check: CheckNoTarget, Err: fmt.Errorf("%s is not a target the channel signed (published without signing, or not published)", path)}
 		}
 		return Target{}, explain(err)
