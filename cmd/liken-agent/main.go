@@ -72,6 +72,7 @@ func run() error {
 		bootKC     = flag.String("bootstrap-kubeconfig", "", "the bootstrap credential: create the Cluster and Machines of --layer-dir where absent (server machines)")
 		layerDir   = flag.String("layer-dir", "/run/liken/layer", "the unpacked deployment layer")
 		keepClock  = flag.Duration("keep-clock", 0, "set the clock from the time servers this often (0: leave the clock alone; init passes it on a liken machine)")
+		peerWait   = flag.Duration("peer-wait", 0, "how long a server's network trial, healthy on its own, waits for another machine to reach it (0: three of the peers' Node Lease durations; init passes liken.trial.peerwait)")
 	)
 	flag.Parse()
 	if *machine == "" {
@@ -95,7 +96,7 @@ func run() error {
 			return h.Read(), h.Network()
 		},
 		Log: log, Metrics: m, Coordinator: coordinatorConfig(*coord),
-		ClockEvery: *keepClock, DHCPTimeServers: network.DHCPTimeServers,
+		ClockEvery: *keepClock, DHCPTimeServers: network.DHCPTimeServers, PeerWait: *peerWait,
 	}
 	if *keepClock > 0 {
 		acfg.Clock = &clock.Clock{}

@@ -484,6 +484,9 @@ func (s *system) run() error {
 		// The metrics, to the cluster's scrapers through the API server's authentication and
 		// authorization (docs/metrics.md).
 		"--secure-metrics-addr", fmt.Sprintf(":%d", SecureMetricsPort)}
+	if d := s.peerWait(); d > 0 {
+		agentArgs = append(agentArgs, "--peer-wait", d.String())
+	}
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
 		// Servers take part in the election, and make the Cluster and Machines from the
 		// layer where they are absent.

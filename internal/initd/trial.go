@@ -25,6 +25,16 @@ func (s *system) trialDeadline() time.Duration {
 	return 10 * time.Minute
 }
 
+// peerWait is how long a server's trial of new network settings, healthy on its own, waits
+// for another machine to reach it (liken.trial.peerwait=SECONDS), passed to the agent; zero
+// leaves the agent's default, three of the peers' Node Lease durations.
+func (s *system) peerWait() time.Duration {
+	if n, err := strconv.Atoi(s.cmd["liken.trial.peerwait"]); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 0
+}
+
 // armWatchdog arms the hardware watchdog, when the machine has one, and pings it while init
 // runs: a kernel or init that hangs stops the pings and the machine resets, which during a
 // trial ends on the last good slot. On a trial the initramfs armed it already and handed it

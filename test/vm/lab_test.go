@@ -108,12 +108,14 @@ func TestLabUpAndDown(t *testing.T) {
 	// trial shows it got (the network trial's console below). No trial here should reach
 	// it: the upgrade's good trials committed within 2m45s of init starting (with two
 	// vCPUs, beside other tests), and the network trial was healthy but for the peer 2m10s
-	// after init started and ended by the agent's peer wait 2 minutes later, so a host
-	// twice as slow still ends it by the wait (about 6m20s) well before the deadline; a
-	// trial that reaches it fails the test (its reason would be HealthDeadline).
-	const trialDeadline = 540
+	// after init started and ended by the agent's peer wait then, so a host twice as slow
+	// still ends it by the wait well before the deadline; a trial that reaches it fails the
+	// test (its reason would be HealthDeadline). The peer wait: 30 s, not the default three
+	// Lease durations (2 minutes), as no peer can reach this trial (below) however long it
+	// waits; only a server's network trial waits for a peer, and this is the lab's one.
+	const trialDeadline, peerWait = 540, 30
 	out, err := liken("lab", "up", "--dir", dir, "--api-port", fmt.Sprint(port), "--agents", "1", "--timeout", "25m",
-		"--kernel-args", fmt.Sprintf("liken.trial.deadline=%d", trialDeadline))
+		"--kernel-args", fmt.Sprintf("liken.trial.deadline=%d liken.trial.peerwait=%d", trialDeadline, peerWait))
 	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("liken lab up: %v\n%s", err, out)
@@ -462,10 +464,10 @@ func TestLabUpAndDown(t *testing.T) {
 	// no API server but the server's own: the server's agent reaches its own k3s over
 	// loopback, so k3s and its Node are healthy on the new address; only a peer reaching it
 	// there would prove the address works, and none can (the agent's k3s knows the server by
-	// its old address). The trial waits for a peer for the agent's peer wait (three Node
-	// Lease durations, 2 minutes) once healthy on its own, well before its deadline
-	// (--kernel-args above), and the next boot is on the last good network, the failure
-	// and what the trial waited for in status. The host reaches the API through the user network, which the change
+	// its old address). The trial waits for a peer for the agent's peer wait
+	// (liken.trial.peerwait, --kernel-args above) once healthy on its own, well before its
+	// deadline, and the next boot is on the last good network, the failure and what the
+	// trial waited for in status. The host reaches the API through the user network, which the change
 	// leaves alone.
 	serverMark := len(console(serverConsole))
 	netStart := time.Now()
@@ -531,8 +533,8 @@ func TestLabUpAndDown(t *testing.T) {
 	})
 	netTook := time.Since(netStart)
 	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineUpgradeFailed); !strings.Contains(c.Message, "no other machine has reached this server on its new network") ||
-		!strings.Contains(c.Message, "lab-agent-1") {
-		t.Errorf("the failure does not say that no peer (lab-agent-1) reached the server on its new network: %s", c.Message)
+		!strings.Contains(c.Message, "lab-agent-1") || !strings.Contains(c.Message, fmt.Sprintf("in %s of being healthy itself", peerWait*time.Second)) {
+		t.Errorf("the failure does not say that no peer (lab-agent-1) reached the server on its new network in the peer wait the kernel arguments gave (%d s): %s", peerWait, c.Message)
 	}
 	// The operator takes the change back: nothing is pending, and the agent is Ready with it.
 	setServerAddress("192.168.76.10/24")
@@ -626,8 +628,8 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
 	report.Line("%s (lab, TCG)", logsSeen)
-	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d; fewest others ready as one was evicted: %d); the server's network trial cut from its agent, approval to the fallback reported %s (ended by the agent's peer wait; trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
-		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, upgradeSeen.fewestAtEviction, netTook.Round(time.Second), trialDeadline, added.Round(time.Second))
+	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d; fewest others ready as one was evicted: %d); the server's network trial cut from its agent, approval to the fallback reported %s (ended by the agent's peer wait of %d s; trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
+		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, upgradeSeen.fewestAtEviction, netTook.Round(time.Second), peerWait, trialDeadline, added.Round(time.Second))
 }
 
 // labMachinesCPU is the host CPU time each of the lab's running QEMUs has used so far (user
