@@ -66,6 +66,15 @@ const (
 
 	// ReasonHealthy: nothing is degraded (a Machine's or the Cluster's Degraded).
 	ReasonHealthy = "Healthy"
+	// ReasonReleaseVerifyFailed: a downloaded file of the wanted release did not match its
+	// pin; an Event, and Degraded until a download of it passes. The agent tries again.
+	ReasonReleaseVerifyFailed = "ReleaseVerifyFailed"
+	// ReasonReleaseNotSigned: the pinned release is not what the channel's keys signed (or
+	// the signed metadata failed a check, or the Cluster names no channel root and does not
+	// take the channel unsigned); nothing of it is downloaded. An Event, and Degraded until
+	// the release is written; the agent checks again later, and the machine keeps running
+	// what it runs.
+	ReasonReleaseNotSigned = "ReleaseNotSigned"
 
 	// ReasonKernelPanic, ReasonInitFailed, ReasonWatchdog, ReasonHealthDeadline and
 	// ReasonBootInterrupted say why a trial boot failed.

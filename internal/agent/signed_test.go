@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
@@ -64,6 +65,11 @@ func TestReleaseMustBeSigned(t *testing.T) {
 	if m, _ := f.liken.Machine(t.Context(), "sg1"); m.Status.Release == nil || m.Status.Release.Version != v1 {
 		t.Errorf("the machine does not say it still runs v1: %+v", m.Status.Release)
 	}
+	f.waitFor(t, "sg1", "Degraded with ReleaseNotSigned, saying it keeps running v1", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonReleaseNotSigned &&
+			strings.Contains(c.Message, "release "+v3+" is not written") && strings.Contains(c.Message, "keeps running what it runs")
+	})
 	waitCount(t, "a ReleaseNotSigned Event", func() bool {
 		evs, err := f.admin.CoreV1().Events(authority.EventNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=sg1,reason=" + v1alpha1.ReasonReleaseNotSigned})
 		return err == nil && len(evs.Items) > 0
@@ -77,6 +83,11 @@ func TestReleaseMustBeSigned(t *testing.T) {
 	if rec := boot.get().Slots["B"]; !rec.Holds(ch.pins[v2]) {
 		t.Fatalf("slot B's record: %+v", rec)
 	}
+	// v3's refusal is no longer what the machine is asked for: Degraded says nothing of it.
+	f.waitFor(t, "sg1", "Degraded no longer ReleaseNotSigned", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineDegraded)
+		return c != nil && c.Reason != v1alpha1.ReasonReleaseNotSigned
+	})
 }
 
 // TestChannelTrusted: a release is written from a channel whose root the Cluster names, or,

@@ -37,10 +37,11 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	s.Reboot.LastRequestHandled = a.st.LastRequestHandled
 	s.Reboot.LastRebootTime = a.st.LastRebootTime
 	var failed *v1alpha1.FailedRelease
+	var refused *refusal
 	if v := out.view; v != nil {
 		s.Release = v.release
 		s.Upgrade = *v.status.DeepCopy()
-		failed = v.failed
+		failed, refused = v.failed, v.refused
 	}
 	if out.rebooting {
 		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"
@@ -64,6 +65,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		nodeStale:      out.nodeStale,
 		k3sUnhealthy:   out.k3sUnhealthy,
 		trialFailed:    failed,
+		refused:        refused,
 		notAppliedBoot: out.notAppliedBoot,
 		preflight:      out.preflightFailed,
 		disks:          s.Disks,
@@ -129,6 +131,8 @@ type condInput struct {
 	disks []v1alpha1.DiskStatus
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
+	// refused: the wanted release was not written, as untrusted.
+	refused *refusal
 	// roleMismatch says how the role this machine booted with and its Machine's differ.
 	roleMismatch string
 }
@@ -193,6 +197,9 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
 	case in.trialFailed != nil:
 		add(v1alpha1.MachineDegraded, true, in.trialFailed.Reason, "a trial failed: see the UpgradeFailed condition")
+	case in.refused != nil:
+		// The machine runs on what it has; the release it was asked for is what failed.
+		add(v1alpha1.MachineDegraded, true, in.refused.reason, in.refused.message+"; this machine keeps running what it runs")
 	case in.preflight != "":
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonPreflightFailed, in.preflight)
 	case len(notReady(in.disks)) > 0:

@@ -39,6 +39,11 @@ func TestConditions(t *testing.T) {
 			"Degraded": "True/DiskRefused", "Ready": "True/Ready"}},
 		{"disks ready", condInput{nodeFound: true, nodeReady: true, disks: []v1alpha1.DiskStatus{{Device: "/dev/vdb", Phase: v1alpha1.DiskReady}}}, map[string]string{
 			"Degraded": "False/Healthy"}},
+		{"release refused", condInput{nodeFound: true, nodeReady: true, refused: &refusal{digest: "sha256:x", reason: v1alpha1.ReasonReleaseNotSigned, message: "release v is not written: ..."}}, map[string]string{
+			"Degraded": "True/ReleaseNotSigned", "UpgradeFailed": "False/Committed", "Ready": "True/Ready"}},
+		{"a failed trial says more than a refusal", condInput{nodeFound: true, nodeReady: true, refused: &refusal{reason: v1alpha1.ReasonReleaseVerifyFailed, message: "m"},
+			trialFailed: &v1alpha1.FailedRelease{Reason: v1alpha1.ReasonWatchdog, Message: "reset"}}, map[string]string{
+			"Degraded": "True/Watchdog", "UpgradeFailed": "True/Watchdog"}},
 		{"no node", condInput{}, map[string]string{"Ready": "False/NodeNotReady"}},
 		{"k3s unhealthy", condInput{nodeFound: true, nodeReady: true, k3sUnhealthy: "answered 503"}, map[string]string{"Ready": "False/K3sNotReady"}},
 		{"node not ready", condInput{nodeFound: true}, map[string]string{"Ready": "False/NodeNotReady"}},

@@ -84,6 +84,14 @@ type upgradeView struct {
 	// failed is the failure to report in UpgradeFailed, if the wanted release or arguments
 	// failed their trial.
 	failed *v1alpha1.FailedRelease
+	// refused: the wanted release was refused before its trial, as untrusted.
+	refused *refusal
+}
+
+// refusal is a release the agent would not write: one the channel's publisher did not
+// sign (ReasonReleaseNotSigned) or whose bytes are not the pin's (ReasonReleaseVerifyFailed).
+type refusal struct {
+	digest, reason, message string
 }
 
 // wanted is the release this machine should run: its own override, else the Cluster's.
@@ -568,6 +576,9 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		v.status.Message = fmt.Sprintf("slot %s holds release %s, verified; it boots as a trial at the next reboot", target, version)
 		return v
 	}
+	if r := a.jobRefused; r != nil && r.digest == digest {
+		v.refused = r
+	}
 	verifyOnly := rec.Holds(digest)
 	j := a.job
 	if j != nil && (j.slot != target || j.digest != digest || j.verifyOnly != verifyOnly) {
@@ -759,6 +770,9 @@ func (a *Agent) finishJob(ctx context.Context) error {
 	m, _, _, _ := a.observe()
 	if err == nil {
 		a.verified[j.slot] = j.digest
+		if r := a.jobRefused; r != nil && r.digest == j.digest {
+			a.jobRefused = nil
+		}
 		if m != nil {
 			a.events.Eventf(m, corev1.EventTypeNormal, "SlotReady", "slot %s holds release %s, verified", j.slot, j.version)
 		}
@@ -790,6 +804,9 @@ func (a *Agent) finishJob(ctx context.Context) error {
 		}
 		if corrupt != nil {
 			reason = "SlotCorrupt"
+		}
+		if reason == v1alpha1.ReasonReleaseVerifyFailed || reason == v1alpha1.ReasonReleaseNotSigned {
+			a.jobRefused = &refusal{digest: j.digest, reason: reason, message: err.Error()}
 		}
 		a.events.Event(m, corev1.EventTypeWarning, reason, err.Error())
 	}
