@@ -26,8 +26,11 @@ func newInstall() *cobra.Command {
 		Use:   "install --channel URL --pin DIGEST --layer FILE --disk PATH",
 		Short: "write a release and a layer to a disk or disk image",
 		Long: `Writes the pinned release into slot A of a disk (or a disk image file), with the boot
-loader, the deployment layer and an empty state partition. Every byte of the release is
-checked against the pin as it is written. A disk that is not empty is refused unless
+loader, the deployment layer and an empty state partition. The pin must be a release the
+channel's keys signed, checked from the root the layer's Cluster names (spec.channelRoot) or
+--trusted-root before anything of it is fetched; a channel taken unsigned
+(spec.insecureUnsignedChannel, or --insecure-unsigned) is installed from unverified, and
+said so. Every byte of the release is checked against the pin as it is written. A disk that is not empty is refused unless
 --wipe; an image file this command created is removed again when the install fails.
 
 With --layer-only, only the layer of an installed disk is replaced, by a newer one of the same
@@ -102,6 +105,8 @@ install binds it: to --machine, else to the machine the disk was installed for (
 	f.BoolVar(&o.Wipe, "wipe", false, "erase a disk that is not empty")
 	f.BoolVar(&layerOnly, "layer-only", false, "replace only the layer of an installed disk with a newer one of the same cluster and role")
 	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for every boot")
+	f.StringVar(&o.TrustedRoot, "trusted-root", "", "the digest of the channel's signed root: install only what its keys signed (default: the layer's Cluster's spec.channelRoot)")
+	f.BoolVar(&o.InsecureUnsigned, "insecure-unsigned", false, "install from a channel without signed metadata, unverified (loudly; default: the layer's Cluster's spec.insecureUnsignedChannel)")
 	f.StringVar(&size, "size", "", "create --disk as an image file of this size (such as 4G or 3072M)")
 	f.IntVar(&slotMiB, "slot-size", disk.DefaultLayout.SlotMiB, "size of each slot in MiB")
 	out.add(cmd)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,14 @@ import (
 // slot image and a boot loader (neither boots; install only streams and checks them). It
 // returns the channel's URL and the release's digest.
 func installableRelease(t *testing.T, version string) (string, string) {
+	t.Helper()
+	channel := t.TempDir()
+	return "file://" + channel, installableReleaseIn(t, channel, version, "")
+}
+
+// installableReleaseIn publishes such a release into channel, signed with the keys in keys
+// when given, and returns its digest.
+func installableReleaseIn(t *testing.T, channel, version, keys string) string {
 	t.Helper()
 	dir := t.TempDir()
 	var files []apirelease.File
@@ -40,13 +49,99 @@ func installableRelease(t *testing.T, version string) (string, string) {
 	if err := os.WriteFile(filepath.Join(dir, apirelease.DocumentName), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	channel := t.TempDir()
-	code, out, errOut := run(t, "release", "publish", "--channel", channel, dir, "-o", "json")
+	args := []string{"release", "publish", "--channel", channel, dir, "-o", "json"}
+	if keys != "" {
+		args = append(args, "--keys", keys)
+	}
+	code, out, errOut := run(t, args...)
 	var pub releaseResult
 	if code != exitOK || json.Unmarshal([]byte(out), &pub) != nil {
 		t.Fatalf("publish: exit %d %s\n%s", code, errOut, out)
 	}
-	return "file://" + channel, pub.Digest
+	return pub.Digest
+}
+
+// TestInstallVerifiesTheChannel: `liken install` writes only a release the channel's keys
+// signed, checked from the root the layer's Cluster names (or --trusted-root); a release
+// put into the channel without its keys is refused, and the image it would have written
+// is not left behind; a layer whose Cluster names no root is refused unless the operator
+// takes the channel unsigned, which install says loudly.
+func TestInstallVerifiesTheChannel(t *testing.T) {
+	dir := t.TempDir()
+	channel, keys := filepath.Join(dir, "channel"), filepath.Join(dir, "keys")
+	code, out, errOut := run(t, "release", "keys", "init", "--channel", channel, "--keys", keys, "-o", "json")
+	var init keysResult
+	if code != exitOK || json.Unmarshal([]byte(out), &init) != nil {
+		t.Fatalf("keys init: exit %d\n%s%s", code, out, errOut)
+	}
+	signed := installableReleaseIn(t, channel, "2026.08.10-001", keys)
+	// One put into the channel by whoever controls it, without the keys: not signed.
+	elsewhere := t.TempDir()
+	other := installableReleaseIn(t, elsewhere, "2026.08.10-002", "")
+	if err := os.CopyFS(filepath.Join(channel, "2026.08.10-002"), os.DirFS(filepath.Join(elsewhere, "2026.08.10-002"))); err != nil {
+		t.Fatal(err)
+	}
+	v2 := []string{"--version", "2026.08.10-002"} // not in the channel's index
+	layers := func(name, edit string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(examples, "cluster.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := regexp.MustCompile(`(?m)^  channelRoot: .*$`).ReplaceAllString(string(b), edit)
+		d := filepath.Join(dir, name)
+		machines := filepath.Join(d, "machines")
+		if err := os.MkdirAll(machines, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "cluster.yaml"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, err := os.ReadFile(filepath.Join(examples, "server-1.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(machines, "server-1.yaml"), m, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, errOut := run(t, "layer", "--cluster", filepath.Join(d, "cluster.yaml"), "--machines", machines, "--out", filepath.Join(d, "out")); code != exitOK {
+			t.Fatalf("layer (%s): %s", name, errOut)
+		}
+		return filepath.Join(d, "out", "server.layer")
+	}
+	rooted := layers("rooted", "  channelRoot: "+init.RootDigest)
+	neither := layers("neither", "")
+	install := func(pin, layer string, args ...string) (int, string, string, string) {
+		t.Helper()
+		img := filepath.Join(t.TempDir(), "disk.img")
+		code, out, errOut := run(t, append([]string{"install", "--channel", "file://" + channel, "--pin", pin, "--layer", layer, "--disk", img, "--size", "1200M", "--slot-size", "8"}, args...)...)
+		return code, out, errOut, img
+	}
+	for _, tc := range []struct {
+		name, pin, layer string
+		args             []string
+		code             int
+		want             string
+		imageLeft        bool
+	}{
+		{"a signed release, the root from the layer's Cluster", signed, rooted, nil, exitOK, "is what the channel's keys signed (root " + init.RootDigest, true},
+		{"a release the keys never signed", other, rooted, v2, exitFailed, "release 2026.08.10-002 is not installed: ", false},
+		{"a signed release, the root given", signed, neither, []string{"--trusted-root", init.RootDigest}, exitOK, "is what the channel's keys signed", true},
+		{"another root given", signed, rooted, []string{"--trusted-root", "sha256:" + strings.Repeat("e", 64)}, exitFailed, "is not installed", false},
+		{"a Cluster naming no root", signed, neither, nil, exitFailed, "names no spec.channelRoot and does not set spec.insecureUnsignedChannel", false},
+		{"taken unsigned", other, neither, append([]string{"--insecure-unsigned"}, v2...), exitOK, "WARNING: release 2026.08.10-002 is installed unverified", true},
+		{"both", signed, neither, []string{"--insecure-unsigned", "--trusted-root", init.RootDigest}, exitFailed, "not both", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut, img := install(tc.pin, tc.layer, tc.args...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+				t.Errorf("exit %d, want %d and %q:\n%s%s", code, tc.code, tc.want, out, errOut)
+			}
+			if _, err := os.Stat(img); (err == nil) != tc.imageLeft {
+				t.Errorf("the image is there: %v; want %v", err == nil, tc.imageLeft)
+			}
+		})
+	}
 }
 
 // TestInstallLayerOnlyBinds: `liken install --layer-only` binds the newer layer as install
@@ -79,8 +174,10 @@ func TestInstallLayerOnlyBinds(t *testing.T) {
 	channel, pin := installableRelease(t, "2026.07.20-001")
 	img := filepath.Join(dir, "server-1.img")
 	// Without --machine: the layer holds server-1's credential alone.
+	// The examples' Cluster names a root no key made: this test is of the layer, not of the
+	// channel's signature (TestInstallVerifiesTheChannel).
 	if code, out, errOut := run(t, "install", "--channel", channel, "--pin", pin, "--layer", filepath.Join(first, "server.layer"),
-		"--disk", img, "--size", "1200M", "--slot-size", "8"); code != exitOK {
+		"--disk", img, "--size", "1200M", "--slot-size", "8", "--insecure-unsigned"); code != exitOK {
 		t.Fatalf("install: exit %d %s\n%s", code, errOut, out)
 	}
 	layerOnly := func(args ...string) (int, string, string) {

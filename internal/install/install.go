@@ -24,6 +24,7 @@ import (
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/layer"
 	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/tuf"
 )
 
 // Options are what install needs.
@@ -46,8 +47,14 @@ type Options struct {
 	Layout disk.Layout
 	// KernelArgs are written into the boot loader's environment for every boot (install_args).
 	KernelArgs string
-	Fetcher    *release.Fetcher
-	Log        io.Writer
+	// TrustedRoot is the digest of the channel's signed root: the pin must be a target its
+	// keys signed. Empty: the layer's Cluster's spec.channelRoot. InsecureUnsigned takes
+	// the channel unsigned instead (as the layer's Cluster's spec.insecureUnsignedChannel
+	// does when neither is given): the release is installed unverified, and said so.
+	TrustedRoot      string
+	InsecureUnsigned bool
+	Fetcher          *release.Fetcher
+	Log              io.Writer
 }
 
 // Result is what an install wrote.
@@ -125,7 +132,11 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if layerData, idx, err = bind(layerData, idx, o.Machine, ""); err != nil {
 		return res, err
 	}
-	specArgs, wantedVersion, err := bootArgs(layerData, o.Machine)
+	specArgs, wantedVersion, cluster, err := bootArgs(layerData, o.Machine)
+	if err != nil {
+		return res, err
+	}
+	root, unsigned, err := trust(o, cluster)
 	if err != nil {
 		return res, err
 	}
@@ -140,6 +151,21 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 		if version, err = lookUp(ctx, o.Fetcher, o.Channel, o.Pin); err != nil {
 			return res, err
 		}
+	}
+	if root != "" {
+		// What the channel's publisher signed, before anything of the release is fetched.
+		cache, err := os.MkdirTemp("", "liken-install-tuf-")
+		if err != nil {
+			return res, err
+		}
+		verr := tuf.VerifyRelease(ctx, o.Fetcher, o.Channel, root, version, o.Pin, cache)
+		os.RemoveAll(cache)
+		if verr != nil {
+			return res, fmt.Errorf("release %s is not installed: %w", version, verr)
+		}
+		step("release %s (%s) is what the channel's keys signed (root %s)", version, o.Pin, root)
+	} else if unsigned != "" {
+		step("WARNING: release %s is installed unverified: the channel is taken unsigned (%s), so nothing proves who published it (docs/upgrade.md, \"Signed channels\")", version, unsigned)
 	}
 	doc, _, err := o.Fetcher.Document(ctx, o.Channel, version, o.Pin)
 	if err != nil {
@@ -239,21 +265,21 @@ func bind(data []byte, idx *layer.Index, machine, hint string) ([]byte, *layer.I
 //
 // It also returns the release the layer says the machine should run: its Machine's
 // spec.version, else the Cluster's.
-func bootArgs(layerData []byte, machine string) (string, string, error) {
+func bootArgs(layerData []byte, machine string) (string, string, *v1alpha1.Cluster, error) {
 	_, files, err := layer.Read(bytes.NewReader(layerData), layer.DefaultLimits)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	c, err := layer.DecodeCluster(files[layer.ClusterManifest])
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	var machines []v1alpha1.Machine
 	for name, b := range files {
 		if strings.HasPrefix(name, layer.MachinesDir+"/") {
 			m, err := layer.DecodeMachine(name, b)
 			if err != nil {
-				return "", "", err
+				return "", "", nil, err
 			}
 			if machine == "" || m.Name == machine {
 				machines = append(machines, *m)
@@ -268,7 +294,31 @@ func bootArgs(layerData []byte, machine string) (string, string, error) {
 			wanted = string(machines[0].Spec.Version)
 		}
 	}
-	return bootloader.JoinArgs(c.Spec.KernelArgs, margs), wanted, nil
+	return bootloader.JoinArgs(c.Spec.KernelArgs, margs), wanted, c, nil
+}
+
+// trust is what an install checks its pin against: the channel root given, else the layer's
+// Cluster's; or the channel taken unsigned, by the operator's word (given, or the Cluster's).
+// Neither is refused: the machine would trust its first release on no one's word, and write
+// none after it (its agent refuses a release from a Cluster naming neither).
+func trust(o Options, c *v1alpha1.Cluster) (root string, unsigned string, err error) {
+	switch {
+	case o.TrustedRoot != "" && o.InsecureUnsigned:
+		return "", "", errors.New("give a trusted root or take the channel unsigned, not both")
+	case o.TrustedRoot != "":
+		if !apirelease.ValidDigest(o.TrustedRoot) {
+			return "", "", fmt.Errorf("--trusted-root %q is not a digest: give sha256: followed by 64 lowercase hexadecimal digits", o.TrustedRoot)
+		}
+		return o.TrustedRoot, "", nil
+	case o.InsecureUnsigned:
+		return "", "--insecure-unsigned", nil
+	case c.Spec.ChannelRoot != "":
+		return string(c.Spec.ChannelRoot), "", nil
+	case c.Spec.InsecureUnsignedChannel:
+		return "", "the layer's Cluster sets spec.insecureUnsignedChannel", nil
+	}
+	return "", "", errors.New("the layer's Cluster names no spec.channelRoot and does not set spec.insecureUnsignedChannel: nothing says whose releases this machine may run, and it would write none after this one. " +
+		"Build the layers from a Cluster naming the channel's signed root (liken release keys init printed its digest), or give --trusted-root DIGEST, or --insecure-unsigned to install unverified")
 }
 
 func forMachine(m string) string {

@@ -133,7 +133,7 @@ func TestWantedVersionFromLayer(t *testing.T) {
 	}
 	docs, _ := manifest.Load(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
 	want, _, _ := unstructured.NestedString(docs[0].Object.Object, "spec", "version")
-	_, got, err := bootArgs(b, "agent-1")
+	_, got, _, err := bootArgs(b, "agent-1")
 	if err != nil || got != want || want == "" {
 		t.Errorf("wanted version %q, %v; want the Cluster's %q", got, err, want)
 	}
