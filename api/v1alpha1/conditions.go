@@ -112,6 +112,12 @@ const (
 	// the coordinator halted the rollout after spec.rollout.maxFailures failed trials; its
 	// message says who paused, when and why, or which machines failed what.
 	ClusterRolloutPaused = "RolloutPaused"
+	// ClusterControlPlaneQuorum says whether the servers' etcd keeps its quorum through one
+	// more server's reboot, from the etcd membership k3s reports on each server's Node (the
+	// EtcdIsVoter condition): True (QuorumKept), False when fewer than three voters can
+	// keep none through any reboot (TooFewVoters) or too few are healthy and up now
+	// (QuorumAtRisk), Unknown when no Node reports it (NotReported).
+	ClusterControlPlaneQuorum = "ControlPlaneQuorum"
 )
 
 // Cluster condition reasons (and ReasonHealthy, ReasonRoleMismatch).
@@ -142,4 +148,10 @@ const (
 	// names them and why. liken rollout resume (spec.rollout.resumedAt) or another release
 	// goes on.
 	ReasonHalted = "Halted"
+	// ReasonQuorumKept, ReasonQuorumAtRisk, ReasonTooFewVoters and ReasonNotReported: the
+	// ControlPlaneQuorum condition's (above).
+	ReasonQuorumKept   = "QuorumKept"
+	ReasonQuorumAtRisk = "QuorumAtRisk"
+	ReasonTooFewVoters = "TooFewVoters"
+	ReasonNotReported  = "NotReported"
 )

@@ -44,6 +44,8 @@ type Machine struct {
 	// ServersDown are the other servers an operator accepts as down while this server,
 	// unavailable itself, takes its turn (its approval's serversDown, for its pending set).
 	ServersDown []string
+	// Etcd is a server's etcd membership as its Node reports it (EtcdIsVoter).
+	Etcd Etcd
 }
 
 // Budget is how many machines may be unavailable at once among total: a count (at least
@@ -78,8 +80,12 @@ type Decision struct {
 
 // Decide grants turns to waiting machines, oldest wait first (then by name), while the
 // budget allows: a machine that holds a turn or is unavailable for any reason uses the
-// budget. A server gets a turn only when no other server is unavailable (other than by a
-// cordon) or holds a turn: one server at a time keeps the control plane's quorum, and a
+// budget. Where three etcd voters or more report their membership on their Nodes (k3s's
+// EtcdIsVoter), a server that is a healthy voter gets a turn only if the healthy voters
+// holding no turn keep the quorum without it, whatever its Node's readiness says (a
+// NotReady kubelet says nothing of its etcd). Where fewer report (one or two servers, or
+// a datastore that is not embedded etcd), a server gets a turn only when no other server
+// is unavailable (other than by a cordon) or holds a turn: one server at a time, and a
 // server that is NotReady, down already, may still be a healthy etcd voter, so two of them
 // wait on each other until one is back or an operator removes one from the cluster; liken
 // never decides that alone. A waiting agent that is unavailable already gets its turn: it
@@ -110,17 +116,23 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			}
 		}
 	}
+	// With three etcd voters or more reporting, their quorum decides for servers, not their
+	// Nodes: a NotReady server whose etcd member is a healthy voter is counted as one.
+	q := newQuorum(machines)
 	// A turn given to a machine that was down, which is up again before it went down for
 	// the turn: counted now as any machine's, after every other holder and every machine
 	// down; one the budget has no room for goes back (its machine waits again).
 	sort.SliceStable(reclaimable, func(i, j int) bool { return reclaimable[i].Name < reclaimable[j].Name })
 	for _, m := range reclaimable {
 		otherServers := without(downServers, m.Name)
+		keeps, quorumWhy := q.allows(m)
 		switch {
 		case len(down) >= budget:
 			d.Revoke[m.Name] = fmt.Sprintf("it was given its turn while unavailable, which took nothing from the budget, and is available again before its drain ended: "+
 				"the disruption budget allows %d unavailable at once, and %d are: %s", budget, len(down), strings.Join(down, ", "))
-		case m.Server && len(without(otherServers, m.ServersDown...)) > 0:
+		case q.active && !keeps:
+			d.Revoke[m.Name] = "it was given its turn while unavailable and is available again before its drain ended: " + quorumWhy
+		case !q.active && m.Server && len(without(otherServers, m.ServersDown...)) > 0:
 			d.Revoke[m.Name] = "it was given its turn while unavailable and is available again before its drain ended: one server at a time: " +
 				strings.Join(otherServers, ", ") + " is unavailable"
 		default:
@@ -152,11 +164,23 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 	})
 	for i, m := range waiting {
 		otherServers := without(downServers, m.Name)
+		if q.active {
+			// The quorum below decides for servers; a Node's readiness says nothing of its
+			// etcd member.
+			otherServers = nil
+		}
 		bothDown := m.Server && len(otherServers) > 0 && m.Unavailable != "" && m.Unavailable != Cordoned
 		// An operator accepted these servers down for this reboot: it goes on as any
 		// unavailable machine's does (below), and the Event says why.
 		accepted := bothDown && len(without(otherServers, m.ServersDown...)) == 0
+		keeps, quorumWhy := q.allows(m)
+		var quorumDespite []string
+		if q.active && !keeps {
+			quorumDespite = q.accepts(m)
+		}
 		switch {
+		case q.active && !keeps && quorumDespite == nil:
+			d.Wait[m.Name] = quorumWhy
 		case bothDown && !accepted:
 			// Both down: rebooting this one could take the last voter but one of a member
 			// that only looks down (a NotReady kubelet says nothing of its etcd).
@@ -172,9 +196,13 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			// Already counted as unavailable: its reboot takes nothing more from the budget
 			// (the coordinator's own machine too: others could not go before it anyway).
 			d.Grant = append(d.Grant, m.Name)
+			q.take(m.Name)
 			d.Unavailable[m.Name] = m.Unavailable
 			if accepted {
 				d.Despite[m.Name] = otherServers
+			}
+			if quorumDespite != nil {
+				d.Despite[m.Name] = quorumDespite
 			}
 			if m.Server {
 				turnServers = append(turnServers, m.Name)
@@ -188,6 +216,10 @@ func Decide(machines []Machine, maxUnavailable *intstr.IntOrString) (Decision, e
 			d.Wait[m.Name] = fmt.Sprintf("the disruption budget allows %d unavailable at once, and %d are: %s", budget, len(down), strings.Join(down, ", "))
 		default:
 			d.Grant = append(d.Grant, m.Name)
+			q.take(m.Name)
+			if quorumDespite != nil {
+				d.Despite[m.Name] = quorumDespite
+			}
 			down = append(down, m.Name)
 			if m.Server {
 				downServers = append(downServers, m.Name)

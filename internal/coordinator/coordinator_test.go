@@ -580,6 +580,119 @@ func TestServersOneAtATime(t *testing.T) {
 	})
 }
 
+// setEtcd sets a server's EtcdIsVoter condition as k3s's etcd leader does, its other
+// conditions left as they are.
+func (f *fleetFixture) setEtcd(node string, st corev1.ConditionStatus, reason string) {
+	f.t.Helper()
+	err := retry.OnError(apiAway, func(error) bool { return true }, func() error {
+		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cond := corev1.NodeCondition{Type: EtcdIsVoter, Status: st, Reason: reason, Message: "set by the test as k3s's etcd leader would", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == EtcdIsVoter })
+		if i < 0 {
+			n.Status.Conditions = append(n.Status.Conditions, cond)
+		} else {
+			n.Status.Conditions[i] = cond
+		}
+		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.t.Errorf("setting Node %s EtcdIsVoter=%s: %v", node, st, err)
+	}
+}
+
+// quorumSays waits for the Cluster's ControlPlaneQuorum condition to have reason.
+func (f *fleetFixture) quorumSays(reason, phrase string) {
+	f.t.Helper()
+	f.waitFor("ControlPlaneQuorum "+reason, 30*time.Second, func() bool {
+		c := meta.FindStatusCondition(f.cluster().Status.Conditions, v1alpha1.ClusterControlPlaneQuorum)
+		return c != nil && c.Reason == reason && strings.Contains(c.Message, phrase)
+	})
+}
+
+// TestServersCountedByEtcdQuorum (issue 28 item 3): three servers report their etcd
+// membership on their Nodes as k3s does (EtcdIsVoter). A server whose Node is NotReady but
+// whose member votes is counted, so another server reboots meanwhile (by the Nodes alone it
+// waited: one server at a time); two servers whose members are unhealthy never both go,
+// nor does either while only one healthy voter would be left; the Cluster's
+// ControlPlaneQuorum says how the quorum stands throughout.
+func TestServersCountedByEtcdQuorum(t *testing.T) {
+	three := intstr.FromInt32(3)
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &three }, machines("eq", 3, v1alpha1.RoleServer))
+	for _, n := range f.names {
+		f.setEtcd(n, corev1.ConditionTrue, EtcdReasonVoter)
+	}
+	seen := f.watchTurns()
+	agents := f.agents(300*time.Millisecond, f.names...)
+	f.coordinator("ctl-q", true)
+	f.quorumSays(v1alpha1.ReasonQuorumKept, "3 etcd voters (eq1, eq2, eq3)")
+
+	// eq3's kubelet is down; its etcd member still votes: eq1 reboots meanwhile.
+	f.setReady("eq3", false)
+	agents["eq1"].ask()
+	f.waitFor("eq1 rebooted while eq3 is NotReady", 30*time.Second, func() bool {
+		return agents["eq1"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	f.setReady("eq3", true)
+
+	// eq2's and eq3's members unhealthy: only eq1 is a healthy voter, so neither goes.
+	f.setEtcd("eq2", corev1.ConditionFalse, EtcdReasonUnhealthy)
+	f.setEtcd("eq3", corev1.ConditionFalse, EtcdReasonUnhealthy)
+	f.quorumSays(v1alpha1.ReasonQuorumAtRisk, "eq2 not healthy (Unhealthy")
+	agents["eq2"].ask()
+	agents["eq3"].ask()
+	f.waitFor("eq2 and eq3 told they wait for etcd's quorum", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return len(st.Waiting) == 2 && strings.Contains(st.Waiting[0].Reason, "etcd quorum: 2 of the 3 voters") &&
+			strings.Contains(st.Waiting[1].Reason, "etcd quorum: 2 of the 3 voters") && len(st.Turns) == 0
+	})
+	// eq2 healthy again: eq3, still unhealthy, goes (eq1 and eq2 keep the quorum); eq2
+	// waits for it, its own reboot leaving one healthy voter.
+	f.setEtcd("eq2", corev1.ConditionTrue, EtcdReasonVoter)
+	f.waitFor("eq3 rebooted, eq2 waiting", 30*time.Second, func() bool {
+		st := f.cluster().Status
+		return agents["eq3"].reboots.Load() == 1 && len(st.Turns) == 0 && agents["eq2"].reboots.Load() == 0 &&
+			len(st.Waiting) == 1 && st.Waiting[0].Machine == "eq2" && strings.Contains(st.Waiting[0].Reason, "not healthy: eq3 (Unhealthy")
+	})
+	f.setEtcd("eq3", corev1.ConditionTrue, EtcdReasonVoter)
+	f.waitFor("eq2 rebooted", 30*time.Second, func() bool {
+		return agents["eq2"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	for _, holders := range seen() {
+		if len(holders) > 1 {
+			t.Errorf("two servers held turns at once: %v", holders)
+		}
+	}
+}
+
+// TestTwoServersCannotKeepQuorum: two etcd voters have a quorum of two, so the Cluster says
+// that the API stops while either reboots, and the servers still reboot one at a time.
+func TestTwoServersCannotKeepQuorum(t *testing.T) {
+	two := intstr.FromInt32(2)
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &two }, machines("tq", 2, v1alpha1.RoleServer))
+	for _, n := range f.names {
+		f.setEtcd(n, corev1.ConditionTrue, EtcdReasonVoter)
+	}
+	seen := f.watchTurns()
+	agents := f.agents(300*time.Millisecond, f.names...)
+	f.coordinator("ctl-t", true)
+	f.quorumSays(v1alpha1.ReasonTooFewVoters, "2 etcd voter(s) (tq1, tq2): the quorum is 2, so the API stops while any server reboots")
+	for _, a := range agents {
+		a.ask()
+	}
+	f.waitFor("both servers rebooted", 60*time.Second, func() bool {
+		return agents["tq1"].reboots.Load() == 1 && agents["tq2"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
+	})
+	for _, holders := range seen() {
+		if len(holders) > 1 {
+			t.Errorf("two servers held turns at once: %v", holders)
+		}
+	}
+}
+
 // TestCoordinatorGoesLast (scenario 10): the coordinator's own machine, waiting first,
 // reboots only once no other machine waits.
 func TestCoordinatorGoesLast(t *testing.T) {

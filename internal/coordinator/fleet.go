@@ -277,12 +277,16 @@ func MakePlan(f Fleet) (Plan, error) {
 			}
 			reclaimable = machineUnavailable(m, up) == ""
 		}
-		ms = append(ms, Machine{
+		mc := Machine{
 			Name: m.Name, Server: m.Spec.Role == v1alpha1.RoleServer, Reclaimable: reclaimable,
 			Unavailable: machineUnavailable(m, node), HoldsTurn: held[m.Name],
 			Waiting: w, WaitingSince: since, Coordinator: m.Name == f.Self, ServersDown: serversDown,
 			Canary: canaries.is(m),
-		})
+		}
+		if mc.Server {
+			mc.Etcd = EtcdOf(f.Nodes[m.Name], f.Now)
+		}
+		ms = append(ms, mc)
 	}
 	d, err := Decide(ms, cl.Spec.DisruptionBudget.MaxUnavailable)
 	if err != nil {
@@ -389,6 +393,7 @@ func MakePlan(f Fleet) (Plan, error) {
 		st.Rollout.SoakUntil = &metav1.Time{Time: soakUntil}
 	}
 	meta.SetStatusCondition(&st.Conditions, paused)
+	meta.SetStatusCondition(&st.Conditions, quorumCondition(ms, cl.Generation))
 	if windowErr != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ClusterDegraded, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonMaintenanceWindowInvalid, Message: windowErr.Error() + ": rebootPolicy Auto reboots wait until it is fixed", ObservedGeneration: cl.Generation})
