@@ -446,6 +446,36 @@ func TestStatusSaysWhatFailed(t *testing.T) {
 	}
 }
 
+// TestStatusSaysTheQuorum: the control plane's line, from the Cluster's ControlPlaneQuorum,
+// when the servers report their etcd membership; none when they do not.
+func TestStatusSaysTheQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		cond *metav1.Condition
+		want string
+	}{
+		{&metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTooFewVoters, Message: "1 etcd voter(s) (s1): the quorum is 1"},
+			"control plane: TooFewVoters: 1 etcd voter(s) (s1): the quorum is 1\n"},
+		{&metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotReported, Message: "no server's Node reports"}, ""},
+		{nil, ""},
+	} {
+		f := fleet{Coordinator: "s1"}
+		if tc.cond != nil {
+			f.Conditions = []metav1.Condition{*tc.cond}
+		}
+		var b strings.Builder
+		summary(&b, f)
+		got := ""
+		for _, l := range strings.SplitAfter(b.String(), "\n") {
+			if strings.HasPrefix(l, "control plane:") {
+				got += l
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%+v: %q; want %q", tc.cond, got, tc.want)
+		}
+	}
+}
+
 func TestStatus(t *testing.T) {
 	lc, err := kube.NewClient(env.Admin)
 	if err != nil {

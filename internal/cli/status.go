@@ -266,6 +266,9 @@ func summary(w io.Writer, f fleet) {
 	} else {
 		fmt.Fprintf(w, "coordinator: %s\n", f.Coordinator)
 	}
+	if c := meta.FindStatusCondition(f.Conditions, v1alpha1.ClusterControlPlaneQuorum); c != nil && c.Status != metav1.ConditionUnknown {
+		fmt.Fprintf(w, "control plane: %s: %s\n", c.Reason, c.Message)
+	}
 	for _, t := range f.Turns {
 		fmt.Fprintf(w, "turn: %s since %s (%s)", t.Machine, t.Since.UTC().Format(time.RFC3339), t.Phase)
 		if t.ReleasedBy != "" {

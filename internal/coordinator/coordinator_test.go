@@ -31,6 +31,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
+	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/test/apiserver"
 )
@@ -589,8 +590,8 @@ func (f *fleetFixture) setEtcd(node string, st corev1.ConditionStatus, reason st
 		if err != nil {
 			return err
 		}
-		cond := corev1.NodeCondition{Type: EtcdIsVoter, Status: st, Reason: reason, Message: "set by the test as k3s's etcd leader would", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
-		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == EtcdIsVoter })
+		cond := corev1.NodeCondition{Type: k3s.EtcdIsVoter, Status: st, Reason: reason, Message: "set by the test as k3s's etcd leader would", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == k3s.EtcdIsVoter })
 		if i < 0 {
 			n.Status.Conditions = append(n.Status.Conditions, cond)
 		} else {
@@ -623,7 +624,7 @@ func TestServersCountedByEtcdQuorum(t *testing.T) {
 	three := intstr.FromInt32(3)
 	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &three }, machines("eq", 3, v1alpha1.RoleServer))
 	for _, n := range f.names {
-		f.setEtcd(n, corev1.ConditionTrue, EtcdReasonVoter)
+		f.setEtcd(n, corev1.ConditionTrue, k3s.EtcdReasonVoter)
 	}
 	seen := f.watchTurns()
 	agents := f.agents(300*time.Millisecond, f.names...)
@@ -639,8 +640,8 @@ func TestServersCountedByEtcdQuorum(t *testing.T) {
 	f.setReady("eq3", true)
 
 	// eq2's and eq3's members unhealthy: only eq1 is a healthy voter, so neither goes.
-	f.setEtcd("eq2", corev1.ConditionFalse, EtcdReasonUnhealthy)
-	f.setEtcd("eq3", corev1.ConditionFalse, EtcdReasonUnhealthy)
+	f.setEtcd("eq2", corev1.ConditionFalse, k3s.EtcdReasonUnhealthy)
+	f.setEtcd("eq3", corev1.ConditionFalse, k3s.EtcdReasonUnhealthy)
 	f.quorumSays(v1alpha1.ReasonQuorumAtRisk, "eq2 not healthy (Unhealthy")
 	agents["eq2"].ask()
 	agents["eq3"].ask()
@@ -651,13 +652,13 @@ func TestServersCountedByEtcdQuorum(t *testing.T) {
 	})
 	// eq2 healthy again: eq3, still unhealthy, goes (eq1 and eq2 keep the quorum); eq2
 	// waits for it, its own reboot leaving one healthy voter.
-	f.setEtcd("eq2", corev1.ConditionTrue, EtcdReasonVoter)
+	f.setEtcd("eq2", corev1.ConditionTrue, k3s.EtcdReasonVoter)
 	f.waitFor("eq3 rebooted, eq2 waiting", 30*time.Second, func() bool {
 		st := f.cluster().Status
 		return agents["eq3"].reboots.Load() == 1 && len(st.Turns) == 0 && agents["eq2"].reboots.Load() == 0 &&
 			len(st.Waiting) == 1 && st.Waiting[0].Machine == "eq2" && strings.Contains(st.Waiting[0].Reason, "not healthy: eq3 (Unhealthy")
 	})
-	f.setEtcd("eq3", corev1.ConditionTrue, EtcdReasonVoter)
+	f.setEtcd("eq3", corev1.ConditionTrue, k3s.EtcdReasonVoter)
 	f.waitFor("eq2 rebooted", 30*time.Second, func() bool {
 		return agents["eq2"].reboots.Load() == 1 && len(f.cluster().Status.Turns) == 0
 	})
@@ -674,7 +675,7 @@ func TestTwoServersCannotKeepQuorum(t *testing.T) {
 	two := intstr.FromInt32(2)
 	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &two }, machines("tq", 2, v1alpha1.RoleServer))
 	for _, n := range f.names {
-		f.setEtcd(n, corev1.ConditionTrue, EtcdReasonVoter)
+		f.setEtcd(n, corev1.ConditionTrue, k3s.EtcdReasonVoter)
 	}
 	seen := f.watchTurns()
 	agents := f.agents(300*time.Millisecond, f.names...)

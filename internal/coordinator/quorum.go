@@ -10,22 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.dev/liken/api/v1alpha1"
-)
-
-// EtcdIsVoter is the Node condition k3s sets on each server of a cluster on embedded etcd
-// (k3s pkg/etcd/etcd.go, etcdStatusType): the etcd leader sets it every 15 s for each member
-// (manageTickerTime), True for a voting member whose health check passes, False for a
-// learner, an unhealthy member or a server that is not a member; an unchanged condition's
-// heartbeat is refreshed every 5 minutes (heartbeatInterval). liken's stand-in sets it the
-// same way.
-const EtcdIsVoter corev1.NodeConditionType = "EtcdIsVoter"
-
-// k3s's reasons for EtcdIsVoter (setEtcdStatusCondition).
-const (
-	EtcdReasonVoter      = "MemberNotLearner"
-	EtcdReasonLearner    = "MemberIsLearner"
-	EtcdReasonUnhealthy  = "Unhealthy"
-	EtcdReasonNotAMember = "NotAMember"
+	"liken.dev/liken/internal/host/k3s"
 )
 
 // EtcdStaleAfter is how old an EtcdIsVoter heartbeat may be and still be believed: twice
@@ -51,7 +36,7 @@ func EtcdOf(n *corev1.Node, now time.Time) Etcd {
 	if n == nil {
 		return Etcd{}
 	}
-	i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == EtcdIsVoter })
+	i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == k3s.EtcdIsVoter })
 	if i < 0 {
 		return Etcd{}
 	}
@@ -62,7 +47,7 @@ func EtcdOf(n *corev1.Node, now time.Time) Etcd {
 		e.Why = fmt.Sprintf("its EtcdIsVoter condition was last refreshed at %s, more than %s ago: no etcd leader has looked since", c.LastHeartbeatTime.UTC().Format(time.RFC3339), EtcdStaleAfter)
 	case c.Status == corev1.ConditionTrue:
 		e.Healthy = true
-	case c.Reason == EtcdReasonLearner || c.Reason == EtcdReasonNotAMember:
+	case c.Reason == k3s.EtcdReasonLearner || c.Reason == k3s.EtcdReasonNotAMember:
 		e.Voter, e.Why = false, c.Reason
 	default:
 		// Unhealthy, or a reason k3s may add later: a voter, and not a healthy one.

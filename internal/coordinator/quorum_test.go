@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/host/k3s"
 )
 
 // TestDecideByEtcdQuorum: with three etcd voters or more reporting, a server's turn depends
@@ -24,7 +25,7 @@ func TestDecideByEtcdQuorum(t *testing.T) {
 	}
 	healthy := Etcd{Reported: true, Voter: true, Healthy: true}
 	unhealthy := Etcd{Reported: true, Voter: true, Why: "Unhealthy: failed to check etcd member status"}
-	learner := Etcd{Reported: true, Why: EtcdReasonLearner}
+	learner := Etcd{Reported: true, Why: k3s.EtcdReasonLearner}
 	idle := func(m Machine) Machine { m.Waiting = false; return m }
 	down := func(m Machine, why string) Machine { m.Unavailable = why; return m }
 	holds := func(m Machine) Machine { m.HoldsTurn = true; return m }
@@ -93,7 +94,7 @@ func TestEtcdOf(t *testing.T) {
 	node := func(st corev1.ConditionStatus, reason, msg string, age time.Duration) *corev1.Node {
 		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionFalse},
-			{Type: EtcdIsVoter, Status: st, Reason: reason, Message: msg, LastHeartbeatTime: metav1.NewTime(now.Add(-age))}}}}
+			{Type: k3s.EtcdIsVoter, Status: st, Reason: reason, Message: msg, LastHeartbeatTime: metav1.NewTime(now.Add(-age))}}}}
 	}
 	for _, tt := range []struct {
 		name string
@@ -102,12 +103,12 @@ func TestEtcdOf(t *testing.T) {
 	}{
 		{"no Node", nil, Etcd{}},
 		{"no condition", &corev1.Node{}, Etcd{}},
-		{"a voter", node(corev1.ConditionTrue, EtcdReasonVoter, "Node is a voting member of the etcd cluster", time.Minute), Etcd{Reported: true, Voter: true, Healthy: true}},
-		{"a voter not refreshed for 11 minutes", node(corev1.ConditionTrue, EtcdReasonVoter, "", 11*time.Minute), Etcd{Reported: true, Voter: true,
+		{"a voter", node(corev1.ConditionTrue, k3s.EtcdReasonVoter, "Node is a voting member of the etcd cluster", time.Minute), Etcd{Reported: true, Voter: true, Healthy: true}},
+		{"a voter not refreshed for 11 minutes", node(corev1.ConditionTrue, k3s.EtcdReasonVoter, "", 11*time.Minute), Etcd{Reported: true, Voter: true,
 			Why: "its EtcdIsVoter condition was last refreshed at 2026-07-25T17:09:00Z, more than 10m0s ago: no etcd leader has looked since"}},
-		{"unhealthy", node(corev1.ConditionFalse, EtcdReasonUnhealthy, "failed to check etcd member status", 0), Etcd{Reported: true, Voter: true, Why: "Unhealthy: failed to check etcd member status"}},
-		{"a learner", node(corev1.ConditionFalse, EtcdReasonLearner, "Node has not been promoted to voting member of the etcd cluster", 0), Etcd{Reported: true, Why: "MemberIsLearner"}},
-		{"not a member", node(corev1.ConditionFalse, EtcdReasonNotAMember, "Node is not a member of the etcd cluster", 0), Etcd{Reported: true, Why: "NotAMember"}},
+		{"unhealthy", node(corev1.ConditionFalse, k3s.EtcdReasonUnhealthy, "failed to check etcd member status", 0), Etcd{Reported: true, Voter: true, Why: "Unhealthy: failed to check etcd member status"}},
+		{"a learner", node(corev1.ConditionFalse, k3s.EtcdReasonLearner, "Node has not been promoted to voting member of the etcd cluster", 0), Etcd{Reported: true, Why: "MemberIsLearner"}},
+		{"not a member", node(corev1.ConditionFalse, k3s.EtcdReasonNotAMember, "Node is not a member of the etcd cluster", 0), Etcd{Reported: true, Why: "NotAMember"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if diff := cmp.Diff(tt.want, EtcdOf(tt.node, now)); diff != "" {

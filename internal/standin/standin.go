@@ -387,6 +387,10 @@ func (c *Config) startServer(ctx context.Context, client kubernetes.Interface, n
 	} else {
 		go labelRolesOnceRegistered(ctx, admin, name, log)
 	}
+	// The etcd leader's report of its members on their Nodes, as k3s's (its one member).
+	if ac, err := kubernetes.NewForConfig(admin); err == nil {
+		go reportEtcd(cpCtx, ac, cp.NodeName, cp.AdvertiseIP, cp.etcdHealthy, log)
+	}
 	return done, stopAll, nil
 }
 
