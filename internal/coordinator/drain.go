@@ -144,13 +144,25 @@ func (d *drainer) look(ctx context.Context, evict bool) (remaining, error) {
 		return remaining{}, fmt.Errorf("listing the pods to drain on %s: %w", d.node, errors.Join(errs...))
 	}
 	var l remaining
+	budgets := map[string]func(*corev1.Pod) string{} // by namespace, read once per look
 	for _, p := range list.Pods() {
 		key := podKey(&p)
 		if evict && p.DeletionTimestamp == nil && time.Since(d.asked[key]) >= d.retry {
 			d.asked[key] = time.Now()
+			lags, ok := budgets[p.Namespace]
+			if !ok {
+				lags = d.budgets(ctx, p.Namespace)
+				budgets[p.Namespace] = lags
+			}
+			if why := lags(&p); why != "" {
+				d.tell(fmt.Sprintf("not evicting %s yet: %s", key, why))
+				l.moving = append(l.moving, p)
+				continue
+			}
 			switch err := d.h.EvictPod(p, policyv1.SchemeGroupVersion); {
 			case err == nil:
 				d.logf("evicted " + key)
+				delete(budgets, p.Namespace) // read again for the next: this one is going
 				// Accepted: it is being deleted now, though this copy does not say so.
 				now := metav1.Now()
 				p.DeletionTimestamp = &now
@@ -188,6 +200,20 @@ func (d *drainer) look(ctx context.Context, evict bool) (remaining, error) {
 		}
 	}
 	return l, nil
+}
+
+// budgets reads a namespace's PodDisruptionBudgets and pods, and returns budgetLags over
+// them; if they cannot be read, the eviction API's own check stands alone.
+func (d *drainer) budgets(ctx context.Context, ns string) func(*corev1.Pod) string {
+	pdbs, err := d.kc.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pdbs.Items) == 0 {
+		return func(*corev1.Pod) string { return "" }
+	}
+	pods, err := d.kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return func(*corev1.Pod) string { return "" }
+	}
+	return func(p *corev1.Pod) string { return budgetLags(pdbs.Items, pods.Items, p) }
 }
 
 // refusals are the pods the drain library refused, by namespace/name, with its reasons. It
