@@ -142,7 +142,7 @@ type Agent struct {
 	// jobRefused is the last slot job's refusal of a release it could not trust (not
 	// signed by the channel, or bytes other than the pin's), reported in Degraded until a
 	// job for that digest succeeds.
-	jobRefused *refusal
+	jobRefused *releaseRefusal
 	// peerLeases are the resourceVersions of the Node Leases a server's network trial waits
 	// on, as first seen in this run (peersReach).
 	peerLeases map[string]string

@@ -37,11 +37,11 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	s.Reboot.LastRequestHandled = a.st.LastRequestHandled
 	s.Reboot.LastRebootTime = a.st.LastRebootTime
 	var failed *v1alpha1.FailedRelease
-	var refused *refusal
+	var releaseRefused *releaseRefusal
 	if v := out.view; v != nil {
 		s.Release = v.release
 		s.Upgrade = *v.status.DeepCopy()
-		failed, refused = v.failed, v.refused
+		failed, releaseRefused = v.failed, v.releaseRefused
 	}
 	if out.rebooting {
 		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"
@@ -65,7 +65,7 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		nodeStale:      out.nodeStale,
 		k3sUnhealthy:   out.k3sUnhealthy,
 		trialFailed:    failed,
-		refused:        refused,
+		releaseRefused: releaseRefused,
 		notAppliedBoot: out.notAppliedBoot,
 		preflight:      out.preflightFailed,
 		disks:          s.Disks,
@@ -131,8 +131,8 @@ type condInput struct {
 	disks []v1alpha1.DiskStatus
 	// trialFailed is the failed trial of the wanted release or kernel arguments, if any.
 	trialFailed *v1alpha1.FailedRelease
-	// refused: the wanted release was not written, as untrusted.
-	refused *refusal
+	// releaseRefused: the wanted release was not written, as untrusted.
+	releaseRefused *releaseRefusal
 	// roleMismatch says how the role this machine booted with and its Machine's differ.
 	roleMismatch string
 }
@@ -197,9 +197,9 @@ func conditions(in condInput) []metav1.Condition {
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonApplyFailed, "could not apply: "+failed)
 	case in.trialFailed != nil:
 		add(v1alpha1.MachineDegraded, true, in.trialFailed.Reason, "a trial failed: see the UpgradeFailed condition")
-	case in.refused != nil:
+	case in.releaseRefused != nil:
 		// The machine runs on what it has; the release it was asked for is what failed.
-		add(v1alpha1.MachineDegraded, true, in.refused.reason, in.refused.message+"; this machine keeps running what it runs")
+		add(v1alpha1.MachineDegraded, true, in.releaseRefused.Reason, in.releaseRefused.message+"; this machine keeps running what it runs")
 	case in.preflight != "":
 		add(v1alpha1.MachineDegraded, true, v1alpha1.ReasonPreflightFailed, in.preflight)
 	case len(notReady(in.disks)) > 0:

@@ -39,9 +39,9 @@ func TestConditions(t *testing.T) {
 			"Degraded": "True/DiskRefused", "Ready": "True/Ready"}},
 		{"disks ready", condInput{nodeFound: true, nodeReady: true, disks: []v1alpha1.DiskStatus{{Device: "/dev/vdb", Phase: v1alpha1.DiskReady}}}, map[string]string{
 			"Degraded": "False/Healthy"}},
-		{"release refused", condInput{nodeFound: true, nodeReady: true, refused: &refusal{digest: "sha256:x", reason: v1alpha1.ReasonReleaseNotSigned, message: "release v is not written: ..."}}, map[string]string{
+		{"release refused", condInput{nodeFound: true, nodeReady: true, releaseRefused: &releaseRefusal{digest: "sha256:x", Reason: v1alpha1.ReasonReleaseNotSigned, message: "release v is not written: ..."}}, map[string]string{
 			"Degraded": "True/ReleaseNotSigned", "UpgradeFailed": "False/Committed", "Ready": "True/Ready"}},
-		{"a failed trial says more than a refusal", condInput{nodeFound: true, nodeReady: true, refused: &refusal{reason: v1alpha1.ReasonReleaseVerifyFailed, message: "m"},
+		{"a failed trial says more than a refusal", condInput{nodeFound: true, nodeReady: true, releaseRefused: &releaseRefusal{Reason: v1alpha1.ReasonReleaseVerifyFailed, message: "m"},
 			trialFailed: &v1alpha1.FailedRelease{Reason: v1alpha1.ReasonWatchdog, Message: "reset"}}, map[string]string{
 			"Degraded": "True/Watchdog", "UpgradeFailed": "True/Watchdog"}},
 		{"no node", condInput{}, map[string]string{"Ready": "False/NodeNotReady"}},

@@ -84,14 +84,14 @@ type upgradeView struct {
 	// failed is the failure to report in UpgradeFailed, if the wanted release or arguments
 	// failed their trial.
 	failed *v1alpha1.FailedRelease
-	// refused: the wanted release was refused before its trial, as untrusted.
-	refused *refusal
+	// releaseRefused: the wanted release was refused before its trial, as untrusted.
+	releaseRefused *releaseRefusal
 }
 
-// refusal is a release the agent would not write: one the channel's publisher did not
+// releaseRefusal is a release the agent would not write: one the channel's publisher did not
 // sign (ReasonReleaseNotSigned) or whose bytes are not the pin's (ReasonReleaseVerifyFailed).
-type refusal struct {
-	digest, reason, message string
+type releaseRefusal struct {
+	digest, Reason, message string
 }
 
 // wanted is the release this machine should run: its own override, else the Cluster's.
@@ -577,7 +577,7 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		return v
 	}
 	if r := a.jobRefused; r != nil && r.digest == digest {
-		v.refused = r
+		v.releaseRefused = r
 	}
 	verifyOnly := rec.Holds(digest)
 	j := a.job
@@ -799,14 +799,13 @@ func (a *Agent) finishJob(ctx context.Context) error {
 		switch {
 		case errors.As(err, &mm):
 			reason = v1alpha1.ReasonReleaseVerifyFailed
+			a.jobRefused = &releaseRefusal{digest: j.digest, Reason: v1alpha1.ReasonReleaseVerifyFailed, message: err.Error()}
 		case errors.As(err, &ve):
 			reason = v1alpha1.ReasonReleaseNotSigned
+			a.jobRefused = &releaseRefusal{digest: j.digest, Reason: v1alpha1.ReasonReleaseNotSigned, message: err.Error()}
 		}
 		if corrupt != nil {
 			reason = "SlotCorrupt"
-		}
-		if reason == v1alpha1.ReasonReleaseVerifyFailed || reason == v1alpha1.ReasonReleaseNotSigned {
-			a.jobRefused = &refusal{digest: j.digest, reason: reason, message: err.Error()}
 		}
 		a.events.Event(m, corev1.EventTypeWarning, reason, err.Error())
 	}

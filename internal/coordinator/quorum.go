@@ -167,19 +167,17 @@ func noneOr(s []string) string {
 // keeps its quorum through a server's reboot now.
 func quorumCondition(machines []Machine, generation int64) metav1.Condition {
 	q := newQuorum(machines)
-	c := metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, ObservedGeneration: generation}
 	reported := slices.ContainsFunc(machines, func(m Machine) bool { return m.Server && m.Etcd.Reported })
 	up := q.names(func(n string) bool { return q.up[n] })
 	switch {
 	case !reported:
-		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.ReasonNotReported
-		c.Message = "no server's Node reports its etcd membership (EtcdIsVoter): k3s without embedded etcd, or not reported yet; servers reboot one at a time"
+		return metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotReported, ObservedGeneration: generation,
+			Message: "no server's Node reports its etcd membership (EtcdIsVoter): k3s without embedded etcd, or not reported yet; servers reboot one at a time"}
 	case len(q.voters) < 3:
-		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonTooFewVoters
-		c.Message = fmt.Sprintf("%d etcd voter(s) (%s): the quorum is %d, so the API stops while any server reboots; three servers keep it through one server's reboot",
-			len(q.voters), noneOr(q.voters), q.need)
+		return metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTooFewVoters, ObservedGeneration: generation,
+			Message: fmt.Sprintf("%d etcd voter(s) (%s): the quorum is %d, so the API stops while any server reboots; three servers keep it through one server's reboot",
+				len(q.voters), noneOr(q.voters), q.need)}
 	case len(up)-1 < q.need:
-		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonQuorumAtRisk
 		var out []string
 		for _, n := range q.voters {
 			if why, bad := q.notHealthy[n]; bad {
@@ -188,12 +186,11 @@ func quorumCondition(machines []Machine, generation int64) metav1.Condition {
 				out = append(out, n+" rebooting on its turn")
 			}
 		}
-		c.Message = fmt.Sprintf("%d of the %d etcd voters are healthy and not rebooting (%s), and the quorum is %d: no other server may reboot until one is back (%s)",
-			len(up), len(q.voters), noneOr(up), q.need, strings.Join(out, "; "))
-	default:
-		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonQuorumKept
-		c.Message = fmt.Sprintf("%d etcd voters (%s), %d healthy and not rebooting: the quorum of %d holds through one more server's reboot",
-			len(q.voters), strings.Join(q.voters, ", "), len(up), q.need)
+		return metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonQuorumAtRisk, ObservedGeneration: generation,
+			Message: fmt.Sprintf("%d of the %d etcd voters are healthy and not rebooting (%s), and the quorum is %d: no other server may reboot until one is back (%s)",
+				len(up), len(q.voters), noneOr(up), q.need, strings.Join(out, "; "))}
 	}
-	return c
+	return metav1.Condition{Type: v1alpha1.ClusterControlPlaneQuorum, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonQuorumKept, ObservedGeneration: generation,
+		Message: fmt.Sprintf("%d etcd voters (%s), %d healthy and not rebooting: the quorum of %d holds through one more server's reboot",
+			len(q.voters), strings.Join(q.voters, ", "), len(up), q.need)}
 }
