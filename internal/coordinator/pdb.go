@@ -18,6 +18,11 @@ import (
 // other machine's last ready pod, the budget's status unchanged. pdbs and pods are those of
 // p's namespace.
 func budgetLags(pdbs []policyv1.PodDisruptionBudget, pods []corev1.Pod, p *corev1.Pod) string {
+	if !podHealthy(p) {
+		// Its eviction takes no ready pod away (a finished one, say): the eviction API's own
+		// rule for unhealthy pods stands.
+		return ""
+	}
 	for _, b := range pdbs {
 		if b.Status.DisruptionsAllowed <= 0 {
 			continue // the eviction API refuses it anyway
@@ -53,11 +58,7 @@ func budgetLags(pdbs []policyv1.PodDisruptionBudget, pods []corev1.Pod, p *corev
 		if err != nil {
 			continue
 		}
-		after := healthy
-		if podHealthy(p) {
-			after--
-		}
-		if after < desired {
+		if healthy-1 < desired {
 			return fmt.Sprintf("PodDisruptionBudget %s/%s's status allows %d disruptions, but %d of its pods are ready now and %d must stay: waiting for its controller to catch up",
 				b.Namespace, b.Name, b.Status.DisruptionsAllowed, healthy, desired)
 		}
