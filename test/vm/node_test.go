@@ -94,6 +94,10 @@ func joinMachines(t *testing.T, opts apiserver.Options, sectorSize int, machineY
 	ch := newChannelServer(t, append([]string{releaseA}, moreVersions...)...)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
+	// The layers name the test's channel and its signed root, as an operator's name theirs:
+	// install checks the release against that root.
+	ex = regexp.MustCompile(`(?m)^  channelRoot: .*$`).ReplaceAll(ex, []byte("  channelRoot: "+ch.root))
+	ex = regexp.MustCompile(`(?m)^  channel: .*$`).ReplaceAll(ex, []byte("  channel: "+ch.guestURL))
 	os.WriteFile(filepath.Join(manifests, "cluster.yaml"), ex, 0o644)
 	for i, y := range machineYAMLs {
 		os.WriteFile(filepath.Join(manifests, fmt.Sprintf("machine-%d.yaml", i)), []byte(y), 0o644)
