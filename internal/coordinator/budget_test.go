@@ -86,24 +86,30 @@ func TestDecide(t *testing.T) {
 			[]string{"c1"}, map[string]string{"a1": "are: c1"}},
 		{"nothing waits", []Machine{idle(agent("a1", 0))}, nil, nil, nil},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			d, err := Decide(tt.machines, tt.max)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.grant, d.Grant); diff != "" {
-				t.Errorf("grants (-want +got):\n%s", diff)
-			}
-			if len(d.Wait) != len(tt.wait) {
-				t.Errorf("waits %v; want %d", d.Wait, len(tt.wait))
-			}
-			for m, phrase := range tt.wait {
-				if !strings.Contains(d.Wait[m], phrase) {
-					t.Errorf("%s waits because %q; want it to say %q", m, d.Wait[m], phrase)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { decided(t, tt.machines, tt.max, tt.grant, tt.wait) })
 	}
+}
+
+// decided checks Decide's grants for machines, and that exactly the machines of wait wait,
+// each saying its phrase.
+func decided(t *testing.T, machines []Machine, max *intstr.IntOrString, grant []string, wait map[string]string) Decision {
+	t.Helper()
+	d, err := Decide(machines, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(grant, d.Grant); diff != "" {
+		t.Errorf("grants (-want +got):\n%s", diff)
+	}
+	if len(d.Wait) != len(wait) {
+		t.Errorf("waits %v; want %d", d.Wait, len(wait))
+	}
+	for m, phrase := range wait {
+		if !strings.Contains(d.Wait[m], phrase) {
+			t.Errorf("%s waits because %q; want it to say %q", m, d.Wait[m], phrase)
+		}
+	}
+	return d
 }
 
 // TestDecideServersDownAccepted: a NotReady server that waits while another server is down

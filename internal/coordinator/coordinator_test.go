@@ -146,22 +146,34 @@ var apiAway = wait.Backoff{Steps: 120, Duration: 500 * time.Millisecond}
 
 func (f *fleetFixture) setReady(node string, ready bool) {
 	f.t.Helper()
-	err := retry.OnError(apiAway, func(error) bool { return true }, func() error {
-		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		st := corev1.ConditionTrue
-		if !ready {
-			st = corev1.ConditionFalse
-		}
-		// The kubelet's other conditions stay as they are.
-		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: st, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: st, Reason: "Test"}
+	if err := f.setNodeCondition(node, cond, func(n *corev1.Node) {
 		if ready && !kube.NodeReady(n) {
 			// Back: the kubelet of the next boot reports that boot's ID, as after a reboot.
 			n.Status.NodeInfo.BootID = newBootID()
 		}
-		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
+	}); err != nil {
+		f.t.Errorf("setting Node %s Ready=%v: %v", node, ready, err)
+	}
+}
+
+// setNodeCondition writes cond, with a fresh heartbeat and transition, over the Node's
+// condition of its type, the others as they are; change, if any, edits the Node first.
+func (f *fleetFixture) setNodeCondition(node string, cond corev1.NodeCondition, change func(*corev1.Node)) error {
+	return retry.OnError(apiAway, func(error) bool { return true }, func() error {
+		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if change != nil {
+			change(n)
+		}
+		cond.LastHeartbeatTime, cond.LastTransitionTime = metav1.Now(), metav1.Now()
+		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == cond.Type })
 		if i < 0 {
 			n.Status.Conditions = append(n.Status.Conditions, cond)
 		} else {
@@ -170,9 +182,6 @@ func (f *fleetFixture) setReady(node string, ready bool) {
 		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		f.t.Errorf("setting Node %s Ready=%v: %v", node, ready, err)
-	}
 }
 
 func (f *fleetFixture) setCordon(node string, on bool) {
@@ -585,22 +594,8 @@ func TestServersOneAtATime(t *testing.T) {
 // conditions left as they are.
 func (f *fleetFixture) setEtcd(node string, st corev1.ConditionStatus, reason string) {
 	f.t.Helper()
-	err := retry.OnError(apiAway, func(error) bool { return true }, func() error {
-		n, err := f.admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cond := corev1.NodeCondition{Type: k3s.EtcdIsVoter, Status: st, Reason: reason, Message: "set by the test as k3s's etcd leader would", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
-		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == k3s.EtcdIsVoter })
-		if i < 0 {
-			n.Status.Conditions = append(n.Status.Conditions, cond)
-		} else {
-			n.Status.Conditions[i] = cond
-		}
-		_, err = f.admin.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	cond := corev1.NodeCondition{Type: k3s.EtcdIsVoter, Status: st, Reason: reason, Message: "set by the test as k3s's etcd leader would"}
+	if err := f.setNodeCondition(node, cond, nil); err != nil {
 		f.t.Errorf("setting Node %s EtcdIsVoter=%s: %v", node, st, err)
 	}
 }
@@ -614,6 +609,20 @@ func (f *fleetFixture) quorumSays(reason, phrase string) {
 	})
 }
 
+// etcdFleet is n servers whose members are healthy voters, a budget of n (so only the
+// quorum holds them back), their fake agents and a coordinator, with a watch of the turns.
+func etcdFleet(t *testing.T, prefix string, n int) (*fleetFixture, func() [][]string, map[string]*fakeAgent) {
+	budget := intstr.FromInt32(int32(n))
+	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &budget }, machines(prefix, n, v1alpha1.RoleServer))
+	for _, name := range f.names {
+		f.setEtcd(name, corev1.ConditionTrue, k3s.EtcdReasonVoter)
+	}
+	seen := f.watchTurns()
+	agents := f.agents(300*time.Millisecond, f.names...)
+	f.coordinator("ctl-"+prefix, true)
+	return f, seen, agents
+}
+
 // TestServersCountedByEtcdQuorum (issue 28 item 3): three servers report their etcd
 // membership on their Nodes as k3s does (EtcdIsVoter). A server whose Node is NotReady but
 // whose member votes is counted, so another server reboots meanwhile (by the Nodes alone it
@@ -621,14 +630,7 @@ func (f *fleetFixture) quorumSays(reason, phrase string) {
 // nor does either while only one healthy voter would be left; the Cluster's
 // ControlPlaneQuorum says how the quorum stands throughout.
 func TestServersCountedByEtcdQuorum(t *testing.T) {
-	three := intstr.FromInt32(3)
-	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &three }, machines("eq", 3, v1alpha1.RoleServer))
-	for _, n := range f.names {
-		f.setEtcd(n, corev1.ConditionTrue, k3s.EtcdReasonVoter)
-	}
-	seen := f.watchTurns()
-	agents := f.agents(300*time.Millisecond, f.names...)
-	f.coordinator("ctl-q", true)
+	f, seen, agents := etcdFleet(t, "eq", 3)
 	f.quorumSays(v1alpha1.ReasonQuorumKept, "3 etcd voters (eq1, eq2, eq3)")
 
 	// eq3's kubelet is down; its etcd member still votes: eq1 reboots meanwhile.
@@ -672,14 +674,7 @@ func TestServersCountedByEtcdQuorum(t *testing.T) {
 // TestTwoServersCannotKeepQuorum: two etcd voters have a quorum of two, so the Cluster says
 // that the API stops while either reboots, and the servers still reboot one at a time.
 func TestTwoServersCannotKeepQuorum(t *testing.T) {
-	two := intstr.FromInt32(2)
-	f := newFleet(t, func(s *v1alpha1.ClusterSpec) { s.DisruptionBudget.MaxUnavailable = &two }, machines("tq", 2, v1alpha1.RoleServer))
-	for _, n := range f.names {
-		f.setEtcd(n, corev1.ConditionTrue, k3s.EtcdReasonVoter)
-	}
-	seen := f.watchTurns()
-	agents := f.agents(300*time.Millisecond, f.names...)
-	f.coordinator("ctl-t", true)
+	f, seen, agents := etcdFleet(t, "tq", 2)
 	f.quorumSays(v1alpha1.ReasonTooFewVoters, "2 etcd voter(s) (tq1, tq2): the quorum is 2, so the API stops while any server reboots")
 	for _, a := range agents {
 		a.ask()

@@ -63,21 +63,7 @@ func TestDecideByEtcdQuorum(t *testing.T) {
 			nil, map[string]string{"s1": "one server at a time: s2"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Decide(tt.machines, tt.max)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.grant, d.Grant); diff != "" {
-				t.Errorf("grants (-want +got):\n%s", diff)
-			}
-			if len(d.Wait) != len(tt.wait) {
-				t.Errorf("waits %v; want %d", d.Wait, len(tt.wait))
-			}
-			for m, phrase := range tt.wait {
-				if !strings.Contains(d.Wait[m], phrase) {
-					t.Errorf("%s waits because %q; want it to say %q", m, d.Wait[m], phrase)
-				}
-			}
+			d := decided(t, tt.machines, tt.max, tt.grant, tt.wait)
 			if tt.despite == nil {
 				tt.despite = map[string][]string{}
 			}
