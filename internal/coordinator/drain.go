@@ -261,7 +261,14 @@ func (d *drainer) outcome(ctx context.Context, l remaining) (drainOutcome, error
 	}
 	for _, p := range l.moving {
 		names = append(names, podKey(&p))
-		why = append(why, podKey(&p)+": "+strings.Join(held(ctx, d.kc, &p), "; "))
+		reasons := held(ctx, d.kc, &p)
+		if p.DeletionTimestamp == nil {
+			// Held back by liken, not by the eviction API: the budget's status lags.
+			if lag := d.budgets(ctx, p.Namespace)(&p); lag != "" {
+				reasons = []string{lag}
+			}
+		}
+		why = append(why, podKey(&p)+": "+strings.Join(reasons, "; "))
 	}
 	sort.Strings(names)
 	sort.Strings(why)
