@@ -155,7 +155,7 @@ func (d *drainer) look(ctx context.Context, evict bool) (remaining, error) {
 				budgets[p.Namespace] = lags
 			}
 			if why := lags(&p); why != "" {
-				d.tell(fmt.Sprintf("not evicting %s yet: %s", key, why))
+				d.tell(fmt.Sprintf("%s%s yet: %s", notEvictingYet, key, why))
 				l.moving = append(l.moving, p)
 				continue
 			}
@@ -201,6 +201,9 @@ func (d *drainer) look(ctx context.Context, evict bool) (remaining, error) {
 	}
 	return l, nil
 }
+
+// notEvictingYet begins the drain's line for a pod held back for its budget's lagging status.
+const notEvictingYet = "not evicting "
 
 // budgets reads a namespace's PodDisruptionBudgets and pods, and returns budgetLags over
 // them; if they cannot be read, the eviction API's own check stands alone.

@@ -630,7 +630,15 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		}
 	}
 	if err == nil {
-		out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) { log.Debug(s) }) // each try, refusals included
+		out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) {
+			// Each try, refusals included, at debug; liken's own hold on a budget whose status
+			// lags is said once per pod and reason, where an operator reads the log.
+			if strings.HasPrefix(s, notEvictingYet) {
+				log.Info(s)
+				return
+			}
+			log.Debug(s)
+		})
 	}
 	if err != nil {
 		if ctx.Err() == nil {
