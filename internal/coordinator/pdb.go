@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"liken.dev/liken/internal/kube"
 )
 
 // budgetLags says which PodDisruptionBudget covering p has a status that allows a
@@ -68,13 +70,5 @@ func budgetLags(pdbs []policyv1.PodDisruptionBudget, pods []corev1.Pod, p *corev
 
 // podHealthy: Ready and not being deleted, as the disruption controller counts a pod.
 func podHealthy(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return p.DeletionTimestamp == nil && kube.PodReady(p)
 }

@@ -195,3 +195,13 @@ func NodeReady(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// PodReady is whether p's Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
