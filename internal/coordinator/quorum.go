@@ -107,7 +107,7 @@ func (q *quorum) allows(m Machine) (bool, string) {
 	}
 	why := fmt.Sprintf("etcd quorum: %d of the %d voters (%s) must stay healthy, and %s's reboot would leave %d (%s)",
 		q.need, len(q.voters), strings.Join(q.voters, ", "), m.Name, len(left), noneOr(left))
-	if bad := q.names(func(n string) bool { _, ok := q.notHealthy[n]; return ok }); len(bad) > 0 {
+	if bad := q.unhealthy(); len(bad) > 0 {
 		var s []string
 		for _, n := range bad {
 			s = append(s, n+" ("+q.notHealthy[n]+")")
@@ -116,11 +116,16 @@ func (q *quorum) allows(m Machine) (bool, string) {
 	}
 	if held := q.held(); len(held) > 0 {
 		why += "; rebooting on a turn: " + strings.Join(held, ", ")
-	} else if bad := without(q.names(func(n string) bool { _, ok := q.notHealthy[n]; return ok }), m.Name); len(bad) > 0 {
+	} else if bad := without(q.unhealthy(), m.Name); len(bad) > 0 {
 		why += fmt.Sprintf("; bring %s back, or, knowing that etcd keeps its quorum without them: liken approve-reboot %s --servers-down %s",
 			strings.Join(bad, ", "), m.Name, strings.Join(bad, ","))
 	}
 	return false, why
+}
+
+// unhealthy are the voters that are not healthy.
+func (q *quorum) unhealthy() []string {
+	return q.names(func(n string) bool { _, bad := q.notHealthy[n]; return bad })
 }
 
 // held are the healthy voters that hold a turn.
@@ -135,7 +140,7 @@ func (q *quorum) accepts(m Machine) []string {
 	if len(q.held()) > 0 {
 		return nil
 	}
-	bad := without(q.names(func(n string) bool { _, ok := q.notHealthy[n]; return ok }), m.Name)
+	bad := without(q.unhealthy(), m.Name)
 	if len(bad) == 0 || len(without(bad, m.ServersDown...)) > 0 {
 		return nil
 	}
