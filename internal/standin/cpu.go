@@ -98,6 +98,91 @@ func statCPU(stat string) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
+// procOwnCPU is a process's command name and its own user and system time (fields 14 and
+// 15, without its reaped children's: every process is counted once).
+func procOwnCPU(stat string) (string, time.Duration, error) {
+	i, j := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if i < 0 || j < i {
+		return "", 0, fmt.Errorf("no command name in %q", stat)
+	}
+	f := strings.Fields(stat[j+1:])
+	if len(f) < 13 {
+		return "", 0, fmt.Errorf("%d fields after the command name; want 13 or more", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return "", 0, fmt.Errorf("a CPU time %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return stat[i+1 : j], time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// busiest sums the CPU time of the processes running under procDir by command name (the
+// parts' children and the processes the stand-in did not start alike: the agent, the
+// containers, their shims) and names the n busiest, most first. Processes that ended are
+// not counted: their time is in the kernel's split (machineSplit).
+func busiest(procDir string, n int) string {
+	ents, err := os.ReadDir(procDir)
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	by := map[string]time.Duration{}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(procDir + "/" + e.Name() + "/stat")
+		if err != nil {
+			continue // it ended since the directory was read
+		}
+		if name, d, err := procOwnCPU(string(b)); err == nil && d > 0 {
+			by[name] += d
+		}
+	}
+	names := make([]string, 0, len(by))
+	for k := range by {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if by[names[i]] != by[names[j]] {
+			return by[names[i]] > by[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	if len(names) > n {
+		names = names[:n]
+	}
+	each := make([]string, len(names))
+	for i, k := range names {
+		each[i] = fmt.Sprintf("%s %.1f", k, by[k].Seconds())
+	}
+	return strings.Join(each, ", ")
+}
+
+// machineSplit is where the machine's CPUs spent their busy time since boot, in seconds
+// (user and nice, system, irq and softirq), from /proc/stat's first line: what the
+// processes' own times leave out (the kernel's work for the network, the disks, the
+// timers, and processes that ended).
+func machineSplit(procStat string) string {
+	line, _, _ := strings.Cut(procStat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return "unknown"
+	}
+	v := make([]float64, 7)
+	for i := range v {
+		n, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return "unknown"
+		}
+		v[i] = float64(n) / userHZ
+	}
+	return fmt.Sprintf("user %.0f, system %.0f, irq and softirq %.0f, idle and iowait %.0f", v[0]+v[1], v[2], v[5]+v[6], v[3]+v[4])
+}
+
 // machineCPU is the busy and the total time of every CPU, from /proc/stat's first line.
 func machineCPU(procStat string) (busy, total int64, err error) {
 	line, _, _ := strings.Cut(procStat, "\n")
@@ -173,6 +258,8 @@ func logCPU(ctx context.Context, every time.Duration, log io.Writer) {
 		}
 		self, _ := procCPU(os.Getpid())
 		fmt.Fprintln(log, cpuLine(parts.byPart(), self, pct, time.Since(last)))
+		stat, _ := os.ReadFile("/proc/stat")
+		fmt.Fprintf(log, "k3s-standin: the machine's CPU seconds since boot: %s; its busiest running processes by name: %s\n", machineSplit(string(stat)), busiest("/proc", 8))
 		busy0, total0, last = busy, total, time.Now()
 	}
 }

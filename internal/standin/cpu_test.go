@@ -2,6 +2,7 @@ package standin
 
 import (
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,5 +69,38 @@ func TestPartsCPU(t *testing.T) {
 	if !strings.Contains(line, "kube-apiserver 3.0, ") || strings.Index(line, "kube-apiserver") > strings.Index(line, "etcd 1.0") ||
 		!strings.Contains(line, "42% busy over the last 5m0s") || !strings.Contains(line, "not k3s's") {
 		t.Errorf("the CPU line: %s", line)
+	}
+}
+
+// TestBusiest: every process's own time counted once, summed by name, most first; the kernel's
+// split from /proc/stat.
+func TestBusiest(t *testing.T) {
+	dir := t.TempDir()
+	for pid, stat := range map[string]string{
+		"1":    "1 (init) S 0 1 1 0 -1 0 0 0 0 0 100 50 900 900 20 0 1 0 1 0 0",
+		"20":   "20 (runc) S 1 20 20 0 -1 0 0 0 0 0 30 10 0 0 20 0 1 0 1 0 0",
+		"21":   "21 (runc) S 1 21 21 0 -1 0 0 0 0 0 30 10 0 0 20 0 1 0 1 0 0",
+		"30":   "30 (a (b)) S 1 30 30 0 -1 0 0 0 0 0 500 0 0 0 20 0 1 0 1 0 0",
+		"31":   "31 (idle) S 1 31 31 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0",
+		"self": "not a pid",
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, pid, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := busiest(dir, 2), "a (b) 5.0, init 1.5"; got != want {
+		t.Errorf("busiest(2) = %q; want %q", got, want)
+	}
+	if got, want := busiest(dir, 10), "a (b) 5.0, init 1.5, runc 0.8"; got != want {
+		t.Errorf("busiest(10) = %q; want %q (a process's children are not counted twice, an idle one not at all)", got, want)
+	}
+	if got, want := machineSplit("cpu  100 5 50 800 40 1 4 0 30 0\n"), "user 1, system 0, irq and softirq 0, idle and iowait 8"; got != want {
+		t.Errorf("machineSplit = %q; want %q", got, want)
+	}
+	if got := machineSplit("intr 1\n"); got != "unknown" {
+		t.Errorf("machineSplit of another line = %q; want unknown", got)
 	}
 }
