@@ -156,7 +156,7 @@ func Add(ctx context.Context, dir string, out io.Writer, timeout time.Duration) 
 		return nil, fmt.Errorf("recording the lab: %w", err)
 	}
 	say("%s: booting (pid %d); %s: booting (pid %d)", server.Name, server.PID, added.Name, added.PID)
-	if err := st.waitReady(ctx, timeout, say, from); err != nil {
+	if err := st.waitReady(ctx, timeout, say, from, nil); err != nil {
 		return added, fmt.Errorf("%w; %s's console ends:\n%s", err, added.Name, tail(added.Console, 20))
 	}
 	say("every machine Ready")

@@ -280,26 +280,31 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		}
 		say("%s: booting (pid %d, %d MiB, %d vCPU, console %s)", m.Name, m.PID, m.MemoryMiB, m.vCPUs(), m.Console)
 	}
-	if err := st.waitReady(ctx, o.Timeout, say, nil); err != nil {
+	// The demo is deployed once every Node is Ready (its scheduler then spreads the two pods
+	// over the machines), not once every Machine is: its image is pulled and its pods start
+	// while the servers' bootstrap makes the Machines and their agents report, which took
+	// 100 s of up beside the VM tier's other tests (December 2026).
+	var deployed error = errors.New("not deployed")
+	nodesReady := func() { deployed = st.deployDemo(ctx, say) }
+	if err := st.waitReady(ctx, o.Timeout, say, nil, nodesReady); err != nil {
 		for _, m := range st.Machines {
 			say("%s's console ends:\n%s", m.Name, tail(m.Console, 20))
 		}
 		return st, err
 	}
 	say("every machine Ready")
-	if err := st.startDemo(ctx, say); err != nil {
+	if deployed != nil {
+		return st, deployed
+	}
+	if err := st.awaitDemo(ctx, say); err != nil {
 		return st, err
 	}
 	return st, nil
 }
 
-// startDemo deploys the demo workload and waits until it answers on the machines.
-func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
-	cfg, err := s.restConfig(20 * time.Second)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+// deployDemo writes the demo's manifest into the lab's directory and applies it.
+func (s *State) deployDemo(ctx context.Context, say func(string, ...any)) error {
+	client, err := s.clientset(20 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -314,6 +319,15 @@ func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
 		return fmt.Errorf("deploying the demo: %w", err)
 	}
 	say("the demo deployed (%s): Deployment, PodDisruptionBudget and NodePort Service %s, its image pulled from the lab's registry", filepath.Join(s.Dir, "demo.yaml"), DemoName)
+	return nil
+}
+
+// awaitDemo waits until the deployed demo answers on the machines.
+func (s *State) awaitDemo(ctx context.Context, say func(string, ...any)) error {
+	client, err := s.clientset(20 * time.Second)
+	if err != nil {
+		return err
+	}
 	// Alone on a 2-core host without KVM the demo answered on both machines within a minute
 	// of being deployed; beside the VM tier's other machines, the agent's after 4.5 minutes
 	// (December 2026, the server's Node Ready only at 11 minutes).
@@ -321,6 +335,15 @@ func (s *State) startDemo(ctx context.Context, say func(string, ...any)) error {
 		return fmt.Errorf("%w; the demo's pods: %s", err, demoPods(ctx, client))
 	}
 	return nil
+}
+
+// clientset is a client of the lab's API with the given request timeout.
+func (s *State) clientset(timeout time.Duration) (*kubernetes.Clientset, error) {
+	cfg, err := s.restConfig(timeout)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 // abandon is up's failure path: it stops every process the lab started, found by their tag
@@ -341,8 +364,9 @@ var stages = []string{"booting", "k3s started", "Node Ready", "Machine Ready"}
 
 // waitReady waits until every machine is Ready, showing each one's stages as it reaches
 // them. from gives, for a machine booted again, where its console's new boot begins (what
-// came before is the last boot's).
-func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any), from map[string]int64) error {
+// came before is the last boot's). nodesReady, when set, is called once, as soon as every
+// machine's Node is Ready by this boot.
+func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any), from map[string]int64, nodesReady func()) error {
 	cfg, err := s.restConfig(10 * time.Second)
 	if err != nil {
 		return err
@@ -359,7 +383,7 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 	at := map[string]int{}
 	deadline := time.Now().Add(timeout)
 	for {
-		done := 0
+		done, nodes := 0, 0
 		for _, m := range s.Machines {
 			if !s.Alive(m.PID) {
 				return fmt.Errorf("%s's QEMU stopped (console %s, which ends:\n%s\n)", m.Name, m.Console, tail(m.Console, 20))
@@ -382,6 +406,13 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 			if at[m.Name] == len(stages)-1 {
 				done++
 			}
+			if at[m.Name] >= 2 {
+				nodes++
+			}
+		}
+		if nodesReady != nil && nodes == len(s.Machines) {
+			nodesReady()
+			nodesReady = nil
 		}
 		if done == len(s.Machines) {
 			return nil
