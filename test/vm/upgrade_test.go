@@ -218,12 +218,13 @@ func hasPending(m *v1alpha1.Machine, field string) bool {
 func TestUpgradeCommitAndRollback(t *testing.T) {
 	vmTest(t)
 	// late-boot-id: after each boot, k3s's Node keeps the boot before's system info (and its
-	// Ready) for 40 s, as when a kubelet has not reported yet: a trial must not commit on it.
+	// Ready) for 20 s (40 until December 2026: 20 is ten of the simulated Node's 2-second
+	// reports), as when a kubelet has not reported yet: a trial must not commit on it.
 	// On a disk of 4096-byte sectors, as many servers' are: install, boot, the slot write and
 	// the trial all go through its sectors (the other tests' disks have 512-byte sectors).
 	// Two data disks (vmDisks), k3s's data directory on one of them, are prepared at the
 	// first boot and mounted, nothing formatted, at each boot after.
-	j := joinMachines(t, apiserver.Options{}, 4096, []string{vmMachine + vmDisks}, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=40s", releaseB)
+	j := joinMachines(t, apiserver.Options{}, 4096, []string{vmMachine + vmDisks}, "liken.trial.deadline=300 liken.test.trap-sigterm liken.test.k3s-fault=late-boot-id=20s", releaseB)
 	data1, data2 := dataDisk(t, "data1", 200), dataDisk(t, "data2", 64)
 	// data1 has 4096-byte sectors too, data2 512-byte ones.
 	vm := bootUEFIWithDisks(t, j.disk, []Disk{{Path: data1, Serial: "data1", SectorSize: 4096}, {Path: data2, Serial: "data2"}}, true, vmMAC)
@@ -361,7 +362,7 @@ func TestUpgradeCommitAndRollback(t *testing.T) {
 	}
 	report.Line("data disks in the VM (TCG, two virtio disks, four partitions): first boot %s; the upgrade's boot %s", strings.TrimSpace(firstSetup), strings.TrimSpace(laterSetup))
 	report.Line("ESP in the VM: two trials committed while the agent asked for boot information; busy ESP mounts recovered: %d", recovered)
-	report.Line("upgrade in the VM (TCG; each boot's Node reports its boot ID 40 s late, so each commit waits 40 s more): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
+	report.Line("upgrade in the VM (TCG; each boot's Node reports its boot ID 20 s late, so each commit waits 20 s more): release B (%d bytes) written and verified into slot B %s after spec.version changed; approval to B committed and Ready %s; rollback to A (no download) committed and Ready %s",
 		sizeOf(t, releaseB), staged.Round(time.Second), upgraded.Round(time.Second), rolledBack.Round(time.Second))
 }
 
