@@ -187,7 +187,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	kvm := o.Accel == "kvm"
 	if o.Accel == "auto" {
 		var why string
-		kvm, why = qemu.ProbeKVM(ctx, filepath.Join(relDir, "vmlinuz"), 20*time.Second)
+		// Under KVM the kernel's banner comes within a second of QEMU's start; where nested
+		// virtualisation hangs, the whole bound is waited out (20 s until December 2026).
+		kvm, why = qemu.ProbeKVM(ctx, filepath.Join(relDir, "vmlinuz"), 10*time.Second)
 		if kvm {
 			say("%s: the machines use KVM", why)
 		} else {
