@@ -119,6 +119,9 @@ type Config struct {
 // Main runs the stand-in with k3s's arguments and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, Banner)
+	if len(args) > 0 && args[0] == "etcd-snapshot" {
+		return snapshotMain(ctx, args[1:], os.Getenv, stdout, stderr)
+	}
 	cfg, err := Parse(args, os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)

@@ -1,0 +1,92 @@
+package k3s
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// k3s's etcd snapshots, as pkg/etcd/snapshot.go takes them: `k3s etcd-snapshot save --name
+// NAME` writes NAME-NODE-UNIXSECONDS (the node's name, the time rounded to the second) into
+// ${data-dir}/server/db/snapshots (created 0700 when it is the default), then keeps the
+// etcd-snapshot-retention newest files whose name begins with NAME (default 5) and removes
+// the others.
+
+// SnapshotName is the name liken's snapshots begin with: one prefix for every turn, so that
+// k3s's retention, which counts the files of one prefix, bounds them all (a prefix per
+// release would keep five of each release for ever).
+const SnapshotName = "liken"
+
+// DefaultSnapshotRetention is k3s's etcd-snapshot-retention default.
+const DefaultSnapshotRetention = 5
+
+// SnapshotDir is k3s's default snapshot directory for a data directory.
+func SnapshotDir(dataDir string) string {
+	return filepath.Join(dataDir, "server", "db", "snapshots")
+}
+
+// SnapshotFileName is the file k3s writes for a snapshot of name taken on node at t.
+func SnapshotFileName(name, node string, t time.Time) string {
+	return fmt.Sprintf("%s-%s-%d", name, node, t.Round(time.Second).Unix())
+}
+
+// Snapshot is one snapshot file.
+type Snapshot struct {
+	Name string
+	Path string
+	Size int64
+	// At is the time in its name (its modification time if the name has none).
+	At time.Time
+}
+
+// Snapshots lists the files in dir whose name begins with prefix, oldest first, as k3s's
+// retention orders them.
+func Snapshots(dir, prefix string) ([]Snapshot, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Snapshot
+	for _, e := range ents {
+		if e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since the directory was read
+		}
+		at := fi.ModTime()
+		base := strings.TrimSuffix(e.Name(), ".zip")
+		if ts, err := strconv.ParseInt(base[strings.LastIndexByte(base, '-')+1:], 10, 64); err == nil {
+			at = time.Unix(ts, 0)
+		}
+		out = append(out, Snapshot{Name: e.Name(), Path: filepath.Join(dir, e.Name()), Size: fi.Size(), At: at})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].At.Equal(out[j].At) {
+			return out[i].At.Before(out[j].At)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// LatestSnapshot is the newest snapshot of name taken on node in dir, taken at since or
+// later (k3s names it by the second).
+func LatestSnapshot(dir, name, node string, since time.Time) (Snapshot, error) {
+	all, err := Snapshots(dir, name+"-"+node+"-")
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("listing the etcd snapshots in %s: %w", dir, err)
+	}
+	since = since.Truncate(time.Second)
+	for i := len(all) - 1; i >= 0; i-- {
+		if !all[i].At.Before(since) && all[i].Size > 0 {
+			return all[i], nil
+		}
+	}
+	return Snapshot{}, fmt.Errorf("no snapshot %s-%s-* in %s taken since %s", name, node, dir, since.UTC().Format(time.RFC3339))
+}
