@@ -62,12 +62,43 @@ type MachineStatus struct {
 	// +optional
 	Upgrade UpgradeStatus `json:"upgrade,omitempty"`
 
+	// EtcdSnapshot is the etcd snapshot a server running an etcd member took for its last
+	// disruption-budget turn, before its drain: the coordinator drains such a server only
+	// once it names the turn it holds.
+	// +optional
+	EtcdSnapshot *EtcdSnapshotStatus `json:"etcdSnapshot,omitempty"`
+
 	// Conditions: Ready, ConfigApplied, RebootPending, Degraded, UpgradeFailed (see
 	// conditions.go for the reasons).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EtcdSnapshotStatus is a server's etcd snapshot for one turn, taken as `k3s etcd-snapshot
+// save --name liken` takes one: a file in k3s's snapshot directory
+// (${data-dir}/server/db/snapshots), pruned by k3s's etcd-snapshot-retention (5 by
+// default) among liken's snapshots.
+type EtcdSnapshotStatus struct {
+	// Turn is the since of the turn it was taken for (status.turns of the Cluster).
+	Turn metav1.Time `json:"turn"`
+	// For is what the turn was given for: "release VERSION", or the pending set's hash.
+	// +optional
+	For string `json:"for,omitempty"`
+	// Name is the snapshot's file name: liken-NODE-UNIXSECONDS, as k3s names its snapshots.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// SizeBytes is the file's size.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// TakenAt is when it was taken.
+	// +optional
+	TakenAt *metav1.Time `json:"takenAt,omitempty"`
+	// Error is why the last try for this turn failed; it is tried again every minute, and
+	// the turn's drain waits (until the drain's timeout, when the drain is blocked).
+	// +optional
+	Error string `json:"error,omitempty"`
 }
 
 // NetworkStatus is the machine's network as the kernel has it.

@@ -108,6 +108,10 @@ type Config struct {
 	// (the machine falling back) rather than waiting out init's deadline. Zero: three times
 	// the peers' Node Lease duration (two minutes with the kubelet's 40 seconds).
 	PeerWait time.Duration
+	// Snapshot takes the etcd snapshot a server running an etcd member takes for its turn,
+	// before its drain (snapshot.go); nil: `k3s etcd-snapshot save --name liken` through
+	// /usr/bin/k3s, the file read from k3s's snapshot directory under K3sPaths.DataDir.
+	Snapshot func(ctx context.Context) (k3s.Snapshot, error)
 }
 
 // Agent is a running machine agent.
@@ -160,6 +164,10 @@ type Agent struct {
 	// inventory is the last reading of Config.Inventory (inventory.go).
 	invMu     sync.Mutex
 	inventory inventory
+	// snapshot is the last etcd snapshot taken for a turn, or tried (snapshot.go), and
+	// when; kept until the status that names it is seen.
+	snapshot      *v1alpha1.EtcdSnapshotStatus
+	snapshotTried time.Time
 }
 
 const (

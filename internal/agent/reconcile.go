@@ -48,6 +48,8 @@ type outcome struct {
 	rebooting bool
 	// reboot is where the machine stands in its reboot (turn.go).
 	reboot *rebootView
+	// etcdSnapshot is the snapshot taken for the turn being drained (snapshot.go).
+	etcdSnapshot *v1alpha1.EtcdSnapshotStatus
 }
 
 // reconcile is one pass: read, classify, apply live, render k3s, stage the rest, persist,
@@ -176,6 +178,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err := a.commitTrial(ctx, m, c, out); err != nil {
 		return err
 	}
+	out.etcdSnapshot = a.snapshotForTurn(ctx, m, c, node, pending, change.PendingHash(pending))
 	rv := a.rebootView(m, c, pending, change.PendingHash(pending), out)
 	out.reboot = &rv
 	if rebooting, err := a.maybeReboot(ctx, m, out.view, change.PendingHash(pending), out); err != nil || rebooting {

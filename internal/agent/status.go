@@ -43,6 +43,9 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 		s.Upgrade = *v.status.DeepCopy()
 		failed, releaseRefused = v.failed, v.releaseRefused
 	}
+	if out.etcdSnapshot != nil {
+		s.EtcdSnapshot = out.etcdSnapshot.DeepCopy()
+	}
 	if out.rebooting {
 		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"
 	}

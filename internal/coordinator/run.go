@@ -611,34 +611,45 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 		}
 	}
 	deadline := t.Since.Add(drainTimeout(policy))
-	log.Info("draining", "deadline", deadline)
-	start := c.cfg.Now()
-	// The cordon is not bounded by the deadline: a drain resumed after it (a new leader)
-	// still cordons, then goes straight to the outcome.
-	err := c.cordon(ctx, t.Machine, true)
-	if err == nil && !t.CordonedBefore {
-		err = c.markCordon(ctx, t.Machine, true)
+	// A server's etcd snapshot first (snapshot.go), within the drain's timeout.
+	blocked, err := c.awaitSnapshot(ctx, t, deadline, c.cfg.EvictRetry, log)
+	if err != nil {
+		return
 	}
+	start := c.cfg.Now()
 	var out drainOutcome
 	var workloads []v1alpha1.TurnWorkload
-	if err == nil {
-		// What runs here now, and how available it is, is what the gates wait for after
-		// the reboot. Read before the evictions (a resumed drain reads what is left).
-		if workloads, err = workloadsOn(ctx, c.kube, t.Machine); err == nil && len(workloads) > maxTurnWorkloads {
-			log.Warn("more workloads on the machine than a turn records; the gates wait for the first ones", "workloads", len(workloads), "recorded", maxTurnWorkloads)
-			workloads = workloads[:maxTurnWorkloads]
+	if blocked != "" {
+		out.message = blocked
+	} else {
+		log.Info("draining", "deadline", deadline)
+		// The cordon is not bounded by the deadline: a drain resumed after it (a new
+		// leader) still cordons, then goes straight to the outcome.
+		err = c.cordon(ctx, t.Machine, true)
+		if err == nil && !t.CordonedBefore {
+			err = c.markCordon(ctx, t.Machine, true)
 		}
-	}
-	if err == nil {
-		out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) {
-			// Each try, refusals included, at debug; liken's own hold on a budget whose status
-			// lags is said once per pod and reason, where an operator reads the log.
-			if strings.HasPrefix(s, notEvictingYet) {
-				log.Info(s)
-				return
+		if err == nil {
+			// What runs here now, and how available it is, is what the gates wait for
+			// after the reboot. Read before the evictions (a resumed drain reads what is
+			// left).
+			if workloads, err = workloadsOn(ctx, c.kube, t.Machine); err == nil && len(workloads) > maxTurnWorkloads {
+				log.Warn("more workloads on the machine than a turn records; the gates wait for the first ones", "workloads", len(workloads), "recorded", maxTurnWorkloads)
+				workloads = workloads[:maxTurnWorkloads]
 			}
-			log.Debug(s)
-		})
+		}
+		if err == nil {
+			out, err = drainNode(ctx, c.kube, t.Machine, policy, deadline, c.cfg.EvictRetry, func(s string) {
+				// Each try, refusals included, at debug; liken's own hold on a budget whose
+				// status lags is said once per pod and reason, where an operator reads the
+				// log.
+				if strings.HasPrefix(s, notEvictingYet) {
+					log.Info(s)
+					return
+				}
+				log.Debug(s)
+			})
+		}
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -1,8 +1,10 @@
 package k3s
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -89,4 +91,25 @@ func LatestSnapshot(dir, name, node string, since time.Time) (Snapshot, error) {
 		}
 	}
 	return Snapshot{}, fmt.Errorf("no snapshot %s-%s-* in %s taken since %s", name, node, dir, since.UTC().Format(time.RFC3339))
+}
+
+// SaveSnapshot asks k3s (binary) for an etcd snapshot of name, as an operator's `k3s
+// etcd-snapshot save --name NAME` does on a server, and returns the file it wrote for node
+// into dataDir's snapshot directory.
+func SaveSnapshot(ctx context.Context, binary, dataDir, node, name string) (Snapshot, error) {
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, binary, "etcd-snapshot", "save", "--name", name).CombinedOutput()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("%s etcd-snapshot save: %w: %s", binary, err, lastLines(out, 3))
+	}
+	return LatestSnapshot(SnapshotDir(dataDir), name, node, start)
+}
+
+// lastLines is the last n lines of out, on one line.
+func lastLines(out []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
 }
