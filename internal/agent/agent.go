@@ -112,6 +112,8 @@ type Config struct {
 	// before its drain (snapshot.go); nil: `k3s etcd-snapshot save --name liken` through
 	// /usr/bin/k3s, the file read from k3s's snapshot directory under K3sPaths.DataDir.
 	Snapshot func(ctx context.Context) (k3s.Snapshot, error)
+	// SnapshotRetry is how long a failed snapshot waits for the next try (zero: a minute).
+	SnapshotRetry time.Duration
 }
 
 // Agent is a running machine agent.

@@ -81,6 +81,10 @@ type sim struct {
 	restartDelay time.Duration
 	// peerWait is the agent's PeerWait (zero: its default).
 	peerWait time.Duration
+	// snapshot is the agent's Snapshot (its etcd snapshot for a turn), retried every
+	// snapshotRetry after a failure.
+	snapshot      func(context.Context) (k3s.Snapshot, error)
+	snapshotRetry time.Duration
 	// kubeletLate: start does not give the stand-in this boot's ID, so its Node goes on
 	// reporting the boot before, as a kubelet that has not started yet leaves it.
 	kubeletLate bool
@@ -211,6 +215,7 @@ func (s *sim) start(t testing.TB) {
 		Boot: s.bootCtl, SlotDevice: s.slotDevice, K3sHealthz: s.healthz, LastWords: s.lastWords, PeerWait: s.peerWait,
 		Coordinator: s.coordinatorConfig(), Clock: s.clock, ClockEvery: 200 * time.Millisecond,
 		Inventory: s.inventory, InventoryEvery: 200 * time.Millisecond,
+		Snapshot: s.snapshot, SnapshotRetry: s.snapshotRetry,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -17,12 +17,16 @@ import (
 // (internal/coordinator). k3s takes it (`k3s etcd-snapshot save --name liken`), into its
 // snapshot directory, under its retention.
 
-const (
-	// snapshotRetry is how long a failed snapshot waits before the next try.
-	snapshotRetry = time.Minute
-	// snapshotTimeout bounds one try: a snapshot of a small cluster's etcd takes seconds.
-	snapshotTimeout = 3 * time.Minute
-)
+// snapshotTimeout bounds one try: a snapshot of a small cluster's etcd takes seconds.
+const snapshotTimeout = 3 * time.Minute
+
+// snapshotRetry is how long a failed snapshot waits before the next try.
+func (a *Agent) snapshotRetry() time.Duration {
+	if a.cfg.SnapshotRetry > 0 {
+		return a.cfg.SnapshotRetry
+	}
+	return time.Minute
+}
 
 // heldDrainingTurn is this machine's turn being drained for exactly the pending set hash.
 func heldDrainingTurn(c *v1alpha1.Cluster, machine, hash string) *v1alpha1.Turn {
@@ -68,7 +72,7 @@ func (a *Agent) snapshotForTurn(ctx context.Context, m *v1alpha1.Machine, c *v1a
 		if last.Error == "" {
 			return last
 		}
-		if wait := snapshotRetry - a.cfg.Now().Sub(a.snapshotTried); !a.snapshotTried.IsZero() && wait > 0 {
+		if wait := a.snapshotRetry() - a.cfg.Now().Sub(a.snapshotTried); !a.snapshotTried.IsZero() && wait > 0 {
 			a.queue.AddAfter(keyReconcile, wait)
 			return last
 		}
@@ -87,9 +91,9 @@ func (a *Agent) snapshotForTurn(ctx context.Context, m *v1alpha1.Machine, c *v1a
 	st := &v1alpha1.EtcdSnapshotStatus{Turn: turn.Since, For: snapshotFor(pending, hash)}
 	if err != nil {
 		st.Error = err.Error()
-		a.log.Warn("etcd snapshot before the drain failed; the drain waits, and it is tried again in a minute", "err", err)
-		a.events.Eventf(m, corev1.EventTypeWarning, "EtcdSnapshotFailed", "the etcd snapshot for the turn given at %s failed (tried again in a minute; the drain waits): %v", turn.Since.UTC().Format(time.RFC3339), err)
-		a.queue.AddAfter(keyReconcile, snapshotRetry)
+		a.log.Warn("etcd snapshot before the drain failed; the drain waits, and it is tried again", "err", err, "in", a.snapshotRetry())
+		a.events.Eventf(m, corev1.EventTypeWarning, "EtcdSnapshotFailed", "the etcd snapshot for the turn given at %s failed (tried again in %s; the drain waits): %v", turn.Since.UTC().Format(time.RFC3339), a.snapshotRetry(), err)
+		a.queue.AddAfter(keyReconcile, a.snapshotRetry())
 	} else {
 		at := metav1.NewTime(s.At)
 		st.Name, st.SizeBytes, st.TakenAt = s.Name, s.Size, &at
