@@ -79,9 +79,7 @@ func (a *Agent) snapshotForTurn(ctx context.Context, m *v1alpha1.Machine, c *v1a
 	}
 	take := a.cfg.Snapshot
 	if take == nil {
-		take = func(ctx context.Context) (k3s.Snapshot, error) {
-			return k3s.SaveSnapshot(ctx, "/usr/bin/k3s", a.cfg.K3sPaths.DataDir, a.cfg.Machine, k3s.SnapshotName)
-		}
+		take = a.k3sSnapshot
 	}
 	start := a.cfg.Now()
 	tctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
@@ -103,4 +101,18 @@ func (a *Agent) snapshotForTurn(ctx context.Context, m *v1alpha1.Machine, c *v1a
 	}
 	a.snapshot = st
 	return st
+}
+
+// k3sSnapshot is the snapshot as an operator takes one on a server: `k3s etcd-snapshot save
+// --name liken`, then `prune --name liken`, which keeps k3s's retention of liken's
+// snapshots (a prune that fails leaves more snapshots than the retention, and is said).
+func (a *Agent) k3sSnapshot(ctx context.Context) (k3s.Snapshot, error) {
+	s, err := k3s.SaveSnapshot(ctx, "/usr/bin/k3s", a.cfg.K3sPaths.DataDir, a.cfg.Machine, k3s.SnapshotName)
+	if err != nil {
+		return s, err
+	}
+	if err := k3s.PruneSnapshots(ctx, "/usr/bin/k3s", k3s.SnapshotName); err != nil {
+		a.log.Warn("pruning liken's etcd snapshots to k3s's retention", "err", err)
+	}
+	return s, nil
 }

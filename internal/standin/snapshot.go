@@ -21,28 +21,37 @@ import (
 	"liken.dev/liken/internal/host/k3s"
 )
 
-// `k3s etcd-snapshot save`, as the stand-in does it. k3s's command asks the running server
-// to save a snapshot (pkg/etcd/snapshot_handler.go); the stand-in's reads the server's
-// etcd itself, through etcd's gateway on its client port (the gRPC Maintenance.Snapshot
-// stream as JSON: no etcd client library), into the file k3s would write, with k3s's
-// name, directory and retention (internal/host/k3s/snapshot.go).
+// `k3s etcd-snapshot save` and `prune`, as the stand-in does them. k3s's commands work on
+// the server's etcd from its data directory (pkg/cli/etcdsnapshot); the stand-in's read
+// its etcd through etcd's gateway on the client port (the gRPC Maintenance.Snapshot stream
+// as JSON: no etcd client library), into the file k3s would write, with k3s's name and
+// directory. As k3s's command, save prunes nothing (it sets the retention to 0); prune
+// keeps the etcd-snapshot-retention newest snapshots of the name (internal/host/k3s).
 
-// snapshotMain runs `etcd-snapshot save [flags]`; flags as k3s's command spells them
-// (pkg/cli/cmds/etcd_snapshot.go: the etcd- prefix may be left out), defaults from the
-// server's config file.
+// snapshotMain runs `etcd-snapshot save|prune [flags]`; flags as k3s's command spells
+// them (pkg/cli/cmds/etcd_snapshot.go: the etcd- prefix may be left out), defaults from
+// the server's config file.
 func snapshotMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	o, err := parseSnapshot(args, getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "k3s-standin: etcd-snapshot: %v\n", err)
 		return 1
 	}
-	s, pruned, err := SaveSnapshot(ctx, o)
+	if args[0] == "prune" {
+		pruned, err := PruneSnapshots(o.Dir, o.Name, o.Retention)
+		for _, p := range pruned {
+			fmt.Fprintf(stdout, "Snapshot %s deleted.\n", p)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "k3s-standin: etcd-snapshot prune: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	s, err := SaveSnapshot(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "k3s-standin: etcd-snapshot save: %v\n", err)
 		return 1
-	}
-	for _, p := range pruned {
-		fmt.Fprintf(stderr, "k3s-standin: etcd-snapshot: removed %s (retention %d)\n", p, o.Retention)
 	}
 	fmt.Fprintf(stdout, "Snapshot %s saved.\n", s.Name)
 	fmt.Fprintf(stderr, "k3s-standin: etcd snapshot %s saved (%d bytes)\n", s.Path, s.Size)
@@ -61,8 +70,8 @@ type SnapshotOptions struct {
 }
 
 func parseSnapshot(args []string, getenv func(string) string) (SnapshotOptions, error) {
-	if len(args) == 0 || args[0] != "save" {
-		return SnapshotOptions{}, errors.New("usage: k3s etcd-snapshot save [--name NAME] [--dir DIR] [--snapshot-retention N] (the stand-in does only save)")
+	if len(args) == 0 || (args[0] != "save" && args[0] != "prune") {
+		return SnapshotOptions{}, errors.New("usage: k3s etcd-snapshot save|prune [--name NAME] [--dir DIR] [--snapshot-retention N] (the stand-in does save and prune only)")
 	}
 	flags := map[string]string{}
 	names := map[string]string{"name": "name", "dir": "dir", "etcd-snapshot-dir": "dir", "snapshot-retention": "retention",
@@ -130,58 +139,65 @@ func parseSnapshot(args []string, getenv func(string) string) (SnapshotOptions, 
 	return o, nil
 }
 
-// SaveSnapshot streams the member's snapshot into o.Dir as k3s names it, checks the
-// checksum etcd appends, and then applies the retention to the snapshots of o.Name; it
-// returns the snapshot and the files it removed. Nothing half-written is left under the
-// snapshot's name: the stream goes to a temporary file, renamed once whole and synced.
-func SaveSnapshot(ctx context.Context, o SnapshotOptions) (k3s.Snapshot, []string, error) {
+// SaveSnapshot streams the member's snapshot into o.Dir as k3s names it and checks the
+// checksum etcd appends. Nothing half-written is left under the snapshot's name: the stream
+// goes to a temporary file, renamed once whole and synced.
+func SaveSnapshot(ctx context.Context, o SnapshotOptions) (k3s.Snapshot, error) {
 	now := o.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
-		return k3s.Snapshot{}, nil, err
+		return k3s.Snapshot{}, err
 	}
 	name := k3s.SnapshotFileName(o.Name, o.Node, now)
 	path := filepath.Join(o.Dir, name)
 	tmp, err := os.CreateTemp(o.Dir, ".saving-"+name+"-")
 	if err != nil {
-		return k3s.Snapshot{}, nil, err
+		return k3s.Snapshot{}, err
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	size, err := streamSnapshot(ctx, o.EtcdURL, tmp)
 	if err != nil {
-		return k3s.Snapshot{}, nil, err
+		return k3s.Snapshot{}, err
 	}
 	if err := tmp.Sync(); err != nil {
-		return k3s.Snapshot{}, nil, err
+		return k3s.Snapshot{}, err
 	}
 	if err := tmp.Close(); err != nil {
-		return k3s.Snapshot{}, nil, err
+		return k3s.Snapshot{}, err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return k3s.Snapshot{}, nil, err
+		return k3s.Snapshot{}, err
 	}
 	if d, err := os.Open(o.Dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	var pruned []string
-	if o.Retention > 0 {
-		all, err := k3s.Snapshots(o.Dir, o.Name)
-		if err != nil {
-			return k3s.Snapshot{}, nil, fmt.Errorf("the snapshot is saved, applying the retention: %w", err)
-		}
-		for len(all) > o.Retention {
-			if err := os.Remove(all[0].Path); err != nil {
-				return k3s.Snapshot{}, pruned, fmt.Errorf("the snapshot is saved, applying the retention: %w", err)
-			}
-			pruned = append(pruned, all[0].Name)
-			all = all[1:]
-		}
+	return k3s.Snapshot{Name: name, Path: path, Size: size, At: time.Unix(now.Round(time.Second).Unix(), 0)}, nil
+}
+
+// PruneSnapshots keeps the retention newest snapshots in dir whose name begins with name
+// and removes the others, as k3s's prune does (nothing below a retention of 1); it returns
+// the files it removed.
+func PruneSnapshots(dir, name string, retention int) ([]string, error) {
+	if retention < 1 {
+		return nil, nil
 	}
-	return k3s.Snapshot{Name: name, Path: path, Size: size, At: time.Unix(now.Round(time.Second).Unix(), 0)}, pruned, nil
+	all, err := k3s.Snapshots(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	var pruned []string
+	for len(all) > retention {
+		if err := os.Remove(all[0].Path); err != nil {
+			return pruned, err
+		}
+		pruned = append(pruned, all[0].Name)
+		all = all[1:]
+	}
+	return pruned, nil
 }
 
 // streamSnapshot writes the member's snapshot from etcd's gateway (POST

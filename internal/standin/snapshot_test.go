@@ -22,8 +22,8 @@ import (
 )
 
 // TestSaveSnapshot: a real etcd's snapshot saved as k3s names it, whole (etcd's checksum
-// checked, the database's own header readable), and k3s's retention keeping the newest of
-// the name's snapshots only.
+// checked, the database holding what was written before it); save prunes nothing, as
+// k3s's; prune keeps the retention's newest of the name's snapshots only.
 func TestSaveSnapshot(t *testing.T) {
 	if err := apiserver.EnsureTools(t.Context()); err != nil {
 		t.Fatal(err)
@@ -65,9 +65,14 @@ func TestSaveSnapshot(t *testing.T) {
 	at := time.Unix(1796600000, 0)
 	var kept []string
 	for i := range 4 {
-		s, pruned, err := SaveSnapshot(t.Context(), SnapshotOptions{EtcdURL: url, Dir: dir, Name: k3s.SnapshotName, Node: "srv-1", Retention: 3, Now: at.Add(time.Duration(i) * time.Minute)})
+		s, err := SaveSnapshot(t.Context(), SnapshotOptions{EtcdURL: url, Dir: dir, Name: k3s.SnapshotName, Node: "srv-1", Retention: 3, Now: at.Add(time.Duration(i) * time.Minute)})
 		if err != nil {
 			t.Fatalf("save %d: %v", i, err)
+		}
+		// As k3s's save, it prunes nothing; prune keeps the newest three.
+		pruned, err := PruneSnapshots(dir, k3s.SnapshotName, 3)
+		if err != nil {
+			t.Fatalf("prune after save %d: %v", i, err)
 		}
 		want := fmt.Sprintf("liken-srv-1-%d", at.Add(time.Duration(i)*time.Minute).Unix())
 		if s.Name != want || s.Path != filepath.Join(dir, want) {
@@ -98,7 +103,13 @@ func TestSaveSnapshot(t *testing.T) {
 	if err := os.WriteFile(other, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := SaveSnapshot(t.Context(), SnapshotOptions{EtcdURL: url, Dir: dir, Name: k3s.SnapshotName, Node: "srv-1", Retention: 3, Now: at.Add(10 * time.Minute)}); err != nil {
+	if _, err := SaveSnapshot(t.Context(), SnapshotOptions{EtcdURL: url, Dir: dir, Name: k3s.SnapshotName, Node: "srv-1", Now: at.Add(10 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 5 {
+		t.Errorf("save pruned: %d files after it; want 5 (three of liken, the new one, another name's)", len(ents))
+	}
+	if _, err := PruneSnapshots(dir, k3s.SnapshotName, 3); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -148,7 +159,7 @@ func TestSaveSnapshotRefusesABadStream(t *testing.T) {
 			}))
 			defer srv.Close()
 			dir := t.TempDir()
-			_, _, err := SaveSnapshot(context.Background(), SnapshotOptions{EtcdURL: srv.URL, Dir: dir, Name: "liken", Node: "srv-1"})
+			_, err := SaveSnapshot(context.Background(), SnapshotOptions{EtcdURL: srv.URL, Dir: dir, Name: "liken", Node: "srv-1"})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("SaveSnapshot = %v; want an error saying %q", err, tc.want)
 			}
@@ -162,7 +173,7 @@ func TestSaveSnapshotRefusesABadStream(t *testing.T) {
 		json.NewEncoder(w).Encode(map[string]any{"result": map[string]any{"blob": base64.StdEncoding.EncodeToString(append(append([]byte(nil), db...), sum[:]...))}})
 	}))
 	defer srv.Close()
-	if s, _, err := SaveSnapshot(context.Background(), SnapshotOptions{EtcdURL: srv.URL, Dir: t.TempDir(), Name: "liken", Node: "srv-1"}); err != nil || s.Size != int64(len(db)+len(sum)) {
+	if s, err := SaveSnapshot(context.Background(), SnapshotOptions{EtcdURL: srv.URL, Dir: t.TempDir(), Name: "liken", Node: "srv-1"}); err != nil || s.Size != int64(len(db)+len(sum)) {
 		t.Errorf("SaveSnapshot of a whole stream = %+v, %v", s, err)
 	}
 }
@@ -186,7 +197,9 @@ func TestParseSnapshot(t *testing.T) {
 			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/data/k3s/server/db/snapshots", Name: "liken", Node: "srv-2", Retention: 7}, ""},
 		{"flags over the file, with and without etcd-", []string{"save", "-c", cfg, "--etcd-snapshot-dir", "/snap", "--snapshot-retention=2", "--node-name", "n"},
 			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/snap", Name: "on-demand", Node: "n", Retention: 2}, ""},
-		{"not save", []string{"prune"}, SnapshotOptions{}, "does only save"},
+		{"prune, with the file's retention", []string{"prune", "--name", "liken", "-c", cfg},
+			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/data/k3s/server/db/snapshots", Name: "liken", Node: "srv-2", Retention: 7}, ""},
+		{"neither save nor prune", []string{"ls"}, SnapshotOptions{}, "save and prune only"},
 		{"unknown flag", []string{"save", "--s3"}, SnapshotOptions{}, "not defined: --s3"},
 		{"a path for a name", []string{"save", "--config", cfg, "--name", "../x"}, SnapshotOptions{}, "want a file name"},
 		{"retention not a number", []string{"save", "--config", cfg, "--snapshot-retention", "five"}, SnapshotOptions{}, "snapshot retention"},

@@ -12,11 +12,12 @@ import (
 	"time"
 )
 
-// k3s's etcd snapshots, as pkg/etcd/snapshot.go takes them: `k3s etcd-snapshot save --name
-// NAME` writes NAME-NODE-UNIXSECONDS (the node's name, the time rounded to the second) into
-// ${data-dir}/server/db/snapshots (created 0700 when it is the default), then keeps the
-// etcd-snapshot-retention newest files whose name begins with NAME (default 5) and removes
-// the others.
+// k3s's etcd snapshots, as pkg/etcd/snapshot.go and pkg/cli/etcdsnapshot take them: `k3s
+// etcd-snapshot save --name NAME` writes NAME-NODE-UNIXSECONDS (the node's name, the time
+// rounded to the second) into ${data-dir}/server/db/snapshots (created 0700 when it is the
+// default) and prunes nothing (the command sets the retention to 0); `k3s etcd-snapshot
+// prune --name NAME` keeps the etcd-snapshot-retention newest files whose name begins with
+// NAME (5 by default) and removes the others.
 
 // SnapshotName is the name liken's snapshots begin with: one prefix for every turn, so that
 // k3s's retention, which counts the files of one prefix, bounds them all (a prefix per
@@ -103,6 +104,15 @@ func SaveSnapshot(ctx context.Context, binary, dataDir, node, name string) (Snap
 		return Snapshot{}, fmt.Errorf("%s etcd-snapshot save: %w: %s", binary, err, lastLines(out, 3))
 	}
 	return LatestSnapshot(SnapshotDir(dataDir), name, node, start)
+}
+
+// PruneSnapshots asks k3s to apply its snapshot retention to the snapshots of name (`k3s
+// etcd-snapshot prune --name NAME`).
+func PruneSnapshots(ctx context.Context, binary, name string) error {
+	if out, err := exec.CommandContext(ctx, binary, "etcd-snapshot", "prune", "--name", name).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s etcd-snapshot prune: %w: %s", binary, err, lastLines(out, 3))
+	}
+	return nil
 }
 
 // lastLines is the last n lines of out, on one line.
