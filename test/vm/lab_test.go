@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"slices"
 	"strings"
 	"syscall"
@@ -458,6 +459,7 @@ func TestLabUpAndDown(t *testing.T) {
 	if n := strings.Count(string(chlog), "/"+v2+"/slot.img"); n != 2 {
 		t.Errorf("the channel served %s's slot image %d times; want 2 (once per machine)\n%s", v2, n, chlog)
 	}
+	snapshotSeen := serverSnapshot(t, lc, console(serverConsole))
 	logsSeen := machineLogs(t, liken, kc) + "; " + supportBundle(t, liken, kc, dir)
 
 	// A server's network trial that cuts it off from its agent falls back, in a cluster with
@@ -628,6 +630,7 @@ func TestLabUpAndDown(t *testing.T) {
 		t.Errorf("processes of the lab still run after down: %v %v", left, err)
 	}
 	report.Line("%s (lab, TCG)", logsSeen)
+	report.Line("%s", snapshotSeen)
 	report.Line("liken lab up (TCG, a server of 2 vCPUs and an agent of 1): done %s after the command started, release build included (every machine Ready at %s, the demo answering on both machines at %s; its pods reaching cluster DNS, the Service and each other %s later); a registries edit restarting k3s in place on both, the same containers running after, in %s (the demo: %s); the fleet upgrade's cost to the demo's clients: %s; a live sysctl edit applied in %s; fleet upgrade with approvals %s (fewest of the 2 pods ready at once: %d; fewest others ready as one was evicted: %d); the server's network trial cut from its agent, approval to the fallback reported %s (ended by the agent's peer wait of %d s; trial deadline %d s); lab add (the server power-cycled with a newer layer, a new agent) to every machine Ready %s",
 		took.Round(time.Second), readyAt, demoAnswered, dnsTook.Round(time.Second), restartTook.Round(time.Second), restartProbed, upgradeProbed, liveTook.Round(time.Second), upgradeTook.Round(time.Second), fewest, upgradeSeen.fewestAtEviction, netTook.Round(time.Second), peerWait, trialDeadline, added.Round(time.Second))
 }
@@ -762,4 +765,40 @@ func keepConsoles(t *testing.T, dir string) {
 		}
 	}
 	t.Logf("the lab's consoles are kept in %s", to)
+}
+
+// serverSnapshot checks the etcd snapshot the lab's server took for its turn in the fleet
+// upgrade (issue 28 item 4): its Machine names the file (k3s's naming, a size), its console
+// says it was taken before the coordinator began its drain, and the agent, with no etcd
+// member, took none. It returns the figure.
+func serverSnapshot(t *testing.T, lc *kube.Client, serverLog string) string {
+	t.Helper()
+	var srv, agent *v1alpha1.Machine
+	eventually(t, "reading the Machines' etcd snapshots", func(ctx context.Context) (err error) {
+		if srv, err = lc.Machine(ctx, "lab-server-1"); err != nil {
+			return err
+		}
+		agent, err = lc.Machine(ctx, "lab-agent-1")
+		return err
+	})
+	s := srv.Status.EtcdSnapshot
+	if s == nil || s.Error != "" || !strings.HasPrefix(s.Name, "liken-lab-server-1-") || s.SizeBytes < 64<<10 || s.TakenAt == nil {
+		t.Errorf("the server's status.etcdSnapshot after its turn: %+v", s)
+		return "no snapshot"
+	}
+	if agent.Status.EtcdSnapshot != nil {
+		t.Errorf("the agent, which runs no etcd member, reports an etcd snapshot: %+v", agent.Status.EtcdSnapshot)
+	}
+	taken := `"msg":"etcd snapshot taken before the drain"`
+	drain := `"msg":"draining","coordinator":"lab-server-1","machine":"lab-server-1"`
+	if !inOrder(serverLog, taken, drain) {
+		t.Errorf("the server's console does not show its etcd snapshot taken before its drain began")
+	}
+	took := "unknown"
+	if m := regexp.MustCompile(taken + `.*?"took":(\d+)`).FindStringSubmatch(serverLog); m != nil {
+		if ns, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			took = time.Duration(ns).Round(time.Millisecond).String()
+		}
+	}
+	return fmt.Sprintf("the server's etcd snapshot before its drain: %s, %d bytes, taken in %s (k3s etcd-snapshot save, the stand-in's, TCG)", s.Name, s.SizeBytes, took)
 }
