@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -473,6 +474,33 @@ func TestStatusSaysTheQuorum(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%+v: %q; want %q", tc.cond, got, tc.want)
 		}
+	}
+}
+
+// TestStatusSaysTheSnapshots: a server's etcd snapshot for its last turn, or its failure,
+// is a line of the summary; a machine with none has no line.
+func TestStatusSaysTheSnapshots(t *testing.T) {
+	turn := metav1.NewTime(time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC))
+	taken := metav1.NewTime(turn.Add(3 * time.Second))
+	f := fleet{Machines: []machineState{
+		{Name: "s1", EtcdSnapshot: &v1alpha1.EtcdSnapshotStatus{Turn: turn, For: "release 2026.12.01-002", Name: "liken-s1-1796623203", SizeBytes: 4 << 20, TakenAt: &taken}},
+		{Name: "s2", EtcdSnapshot: &v1alpha1.EtcdSnapshotStatus{Turn: turn, Error: "etcd database not found"}},
+		{Name: "a1"},
+	}}
+	var b strings.Builder
+	summary(&b, f)
+	var got []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "etcd snapshot:") {
+			got = append(got, l)
+		}
+	}
+	want := []string{
+		"etcd snapshot: s1: liken-s1-1796623203 (4194304 bytes) taken at 2026-12-07T06:00:03Z for the turn given at 2026-12-07T06:00:00Z, release 2026.12.01-002",
+		"etcd snapshot: s2: FAILED for the turn given at 2026-12-07T06:00:00Z (tried again every minute; the drain waits): etcd database not found",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the snapshot lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

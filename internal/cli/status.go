@@ -60,6 +60,8 @@ type machineState struct {
 	Digest   string `json:"digest,omitempty"`
 	Booted   string `json:"booted,omitempty"`
 	Hardware string `json:"hardware,omitempty"`
+	// EtcdSnapshot is a server's etcd snapshot for its last turn (status.etcdSnapshot).
+	EtcdSnapshot *v1alpha1.EtcdSnapshotStatus `json:"etcdSnapshot,omitempty"`
 }
 
 // statusFlags are status's output options beyond -o json|yaml, as kubectl users know them.
@@ -282,6 +284,11 @@ func summary(w io.Writer, f fleet) {
 	for _, b := range f.DrainBlocked {
 		fmt.Fprintf(w, "drain blocked: %s (%d times): %s\n", b.Machine, b.Attempts, b.Message)
 	}
+	for _, r := range f.Machines {
+		if s := r.EtcdSnapshot; s != nil {
+			fmt.Fprintf(w, "etcd snapshot: %s: %s\n", r.Name, snapshotWords(s))
+		}
+	}
 	for _, tf := range f.TrialFailures {
 		accepted := ""
 		if tf.Accepted {
@@ -327,6 +334,7 @@ func row(m *v1alpha1.Machine) machineState {
 	if h := s.Hardware; h != nil {
 		r.Hardware = strings.TrimSpace(h.System.Vendor + " " + h.System.Product)
 	}
+	r.EtcdSnapshot = s.EtcdSnapshot
 	// The node's address: the one k3s is given (spec.network.nodeIP), else the first
 	// address the machine reports on a link.
 	if m.Spec.Network != nil && m.Spec.Network.NodeIP != "" {
@@ -365,4 +373,17 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// snapshotWords is a server's etcd snapshot for its last turn, in words.
+func snapshotWords(s *v1alpha1.EtcdSnapshotStatus) string {
+	turn := s.Turn.UTC().Format(time.RFC3339)
+	if s.Error != "" {
+		return fmt.Sprintf("FAILED for the turn given at %s (tried again every minute; the drain waits): %s", turn, s.Error)
+	}
+	at := "?"
+	if s.TakenAt != nil {
+		at = s.TakenAt.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s (%d bytes) taken at %s for the turn given at %s, %s", s.Name, s.SizeBytes, at, turn, s.For)
 }
