@@ -138,7 +138,13 @@ func (a *Agent) rebootView(m *v1alpha1.Machine, c *v1alpha1.Cluster, pending []v
 		if turn.Phase == v1alpha1.TurnDrained {
 			return rebootView{state: v1alpha1.RebootDraining, message: "drained: rebooting", mayReboot: true, turnSince: turn.Since}
 		}
-		return rebootView{state: v1alpha1.RebootDraining, message: fmt.Sprintf("%s (%s); holds a disruption-budget turn since %s: the coordinator cordons the Node and evicts its pods", need, why, turn.Since.UTC().Format(time.RFC3339))}
+		msg := fmt.Sprintf("%s (%s); holds a disruption-budget turn since %s: the coordinator cordons the Node and evicts its pods", need, why, turn.Since.UTC().Format(time.RFC3339))
+		if s := out.etcdSnapshot; s != nil && s.Error != "" {
+			msg += "; not before its etcd snapshot for the turn, which failed (tried again shortly): " + s.Error
+		} else if s != nil {
+			msg += fmt.Sprintf(", its etcd snapshot %s taken", s.Name)
+		}
+		return rebootView{state: v1alpha1.RebootDraining, message: msg}
 	}
 	for _, b := range c.Status.DrainBlocked {
 		if b.Machine == a.cfg.Machine && b.PendingHash == hash && a.cfg.Now().Before(b.RetryAt.Time) {
