@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/host/sysctl"
@@ -121,4 +122,55 @@ func (s *system) bootSettings(st *state.State) (*v1alpha1.MachineNetwork, []v1al
 	n, disks, how := st.BootSettings(trial, slot, boots)
 	fmt.Fprintf(s.log, "liken-init: network and disks: %s\n", how)
 	return n, disks
+}
+
+// coldplug loads the drivers of the hardware present, as udev does at boot: every device's
+// modalias resolved through the image's modules.alias (kmod.Index.Present), each module
+// not in the kernel yet loaded with what it needs. The image carries the drivers of the
+// hardware liken supports (release.HardwareModules) without loading them blindly. A driver
+// can bring devices of its own (a USB controller's disks): while a pass loads something,
+// another looks again a second later, three at most. A driver that fails to load is said
+// and skipped: the boot goes on without that device.
+func (s *system) coldplug() error {
+	start := time.Now()
+	krel, _ := os.ReadFile(initramfs.KernelRelease)
+	ix, err := kmod.OpenIndex(filepath.Join("/lib/modules", strings.TrimSpace(string(krel))))
+	if err != nil {
+		fmt.Fprintf(s.log, "liken-init: coldplug: no module index: %v\n", err)
+		return nil
+	}
+	loaded, devices := 0, 0
+	tried := map[string]bool{}
+	for pass := 0; pass < 3; pass++ {
+		if pass > 0 {
+			time.Sleep(time.Second)
+		}
+		devs, err := ix.Present("/sys")
+		if err != nil {
+			fmt.Fprintf(s.log, "liken-init: coldplug: listing the devices: %v\n", err)
+			return nil
+		}
+		devices = len(devs)
+		now := 0
+		for _, d := range devs {
+			for _, m := range d.Modules {
+				if tried[m] || kmod.Loaded("/sys", m) {
+					continue
+				}
+				tried[m] = true
+				if _, err := ix.Probe(m, nil); err != nil {
+					fmt.Fprintf(s.log, "liken-init: coldplug: %s for %s (%s): %v\n", m, filepath.Base(d.Path), d.Alias, err)
+					continue
+				}
+				now++
+				fmt.Fprintf(s.log, "liken-init: coldplug: loaded %s for %s (%s)\n", m, filepath.Base(d.Path), d.Alias)
+			}
+		}
+		loaded += now
+		if now == 0 {
+			break
+		}
+	}
+	fmt.Fprintf(s.log, "liken-init: coldplug: %d devices, %d drivers loaded in %s\n", devices, loaded, time.Since(start).Round(time.Millisecond))
+	return nil
 }

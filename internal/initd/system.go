@@ -118,6 +118,7 @@ func systemStage(console io.Writer) (*system, error) {
 		{"recording this boot", s.recordBoot},
 		{"preparing the host for k3s", s.hostFiles},
 		{"loading the system modules", s.modules},
+		{"loading the drivers of the hardware present", s.coldplug},
 		{"reading the deployment layer", s.readLayer},
 		{"finding this machine's manifest", s.pickMachine},
 		{"keeping the logs of the boots before", s.pruneLogs},

@@ -22,9 +22,12 @@ import (
 
 // BootModules are loaded by init in the initramfs: disks, filesystems, watchdogs and the
 // EFI store that keeps a panic's log for the next boot (why a trial failed). The
-// Debian kernel builds none of them in.
+// Debian kernel builds none of them in. The disk controllers are all loaded, whatever the
+// hardware: the root image is found on one of them before anything else runs (the SAS and
+// RAID controllers of most rack servers: megaraid_sas for Broadcom/LSI MegaRAID, mpt3sas
+// for their SAS HBAs).
 var BootModules = []string{
-	"virtio_pci", "virtio_blk", "virtio_scsi", "virtio_rng", "nvme", "ahci", "sd_mod",
+	"virtio_pci", "virtio_blk", "virtio_scsi", "virtio_rng", "nvme", "ahci", "sd_mod", "megaraid_sas", "mpt3sas",
 	"squashfs", "ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "loop",
 	"efivarfs", "efi_pstore", "i6300esb", "softdog",
 }
@@ -37,12 +40,34 @@ var SystemModules = []string{
 	"ip6table_nat", "ip6table_filter", "ip6table_mangle", "xt_addrtype", "xt_conntrack", "xt_comment",
 	"xt_multiport", "xt_statistic", "xt_mark", "xt_MASQUERADE", "xt_nat", "xt_REDIRECT", "ipt_REJECT",
 	"ip6t_REJECT", "ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "bonding", "8021q", "virtio_net",
-	"e1000", "e1000e", "igb", "ixgbe", "r8169", "tg3",
 	// What k3s's rules, network policy and flannel's backends use beyond the above
 	// (checkKernelConfig requires some of them).
 	"xt_ipvs", "xt_tcpudp", "nf_conntrack_netlink", "ip_set", "ip_set_hash_ip", "ip_set_hash_net",
 	"ip_set_hash_ipport", "ip_set_hash_ipportnet", "ip_set_hash_ipportip", "ip_set_hash_netport", "xt_set",
 	"nfnetlink_log", "xt_NFLOG", "xt_limit", "xt_physdev", "wireguard", "sch_htb", "ifb",
+}
+
+// HardwareModules are the drivers of hardware a machine may have: in the root image, but
+// loaded only for a device present, by init's coldplug (every device's modalias resolved
+// through modules.alias, as udev does), never blindly. Each says why it is here; a name
+// the kernel does not have fails the build.
+var HardwareModules = []struct{ Name, Why string }{
+	{"e1000", "Intel PRO/1000 (82540-82547): older servers, and QEMU's default NIC"},
+	{"e1000e", "Intel 8257x/8258x/I217-I219 gigabit: on-board NICs of most Intel boards, QEMU's e1000e"},
+	{"igb", "Intel 82575/82576/82580/I210/I350 gigabit: server boards and add-in cards"},
+	{"igc", "Intel I225/I226 2.5 gigabit: recent boards"},
+	{"ixgbe", "Intel 82598/82599/X520/X540/X550 10 gigabit"},
+	{"i40e", "Intel X710/XL710/XXV710 10-40 gigabit"},
+	{"ice", "Intel E810 25-100 gigabit"},
+	{"mlx5_core", "NVIDIA/Mellanox ConnectX-4 and later, the commonest 25-100 gigabit server NICs"},
+	{"bnxt_en", "Broadcom NetXtreme-C/E 10-200 gigabit"},
+	{"tg3", "Broadcom NetXtreme gigabit: on-board NICs of many Dell and HP servers"},
+	{"r8169", "Realtek 8169/8168/8111 gigabit: small machines and desktops"},
+	{"ena", "AWS Elastic Network Adapter: EC2 instances"},
+	{"gve", "Google Virtual NIC: Compute Engine instances"},
+	{"xhci_pci", "USB 3 host controllers: the installer's USB stick, keyboards"},
+	{"usb_storage", "USB mass storage: the installer's USB stick"},
+	{"uas", "USB attached SCSI: faster USB 3 sticks and disks"},
 }
 
 // BuildOptions are the inputs of a release; equal inputs give byte-identical outputs.
@@ -308,28 +333,38 @@ func Initramfs(k *Kernel, initData []byte, modules []string, extra map[string][]
 	return buf.Bytes(), nil
 }
 
-// stageModules puts the image's modules (BootModules, SystemModules and what they need)
-// under stage's lib/modules with the kernel's built-in lists, and depmod's index of exactly
-// those: what liken's modprobe reads. It returns the module files.
-func stageModules(k *Kernel, stage string, put func(rel, src string, mode os.FileMode) error) ([]string, error) {
-	files, err := k.Resolve(append(append([]string{}, BootModules...), SystemModules...)...)
+// stageModules puts the image's modules (BootModules, SystemModules, HardwareModules and
+// what they need) under stage's lib/modules with the kernel's built-in lists, and depmod's
+// index of exactly those: what liken's modprobe and init's coldplug read. It returns the
+// module files init loads at every boot (all but the hardware's, which coldplug loads for
+// the devices present) and every file staged.
+func stageModules(k *Kernel, stage string, put func(rel, src string, mode os.FileMode) error) (preload, all []string, err error) {
+	preload, err = k.Resolve(append(append([]string{}, BootModules...), SystemModules...)...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	names := append(append([]string{}, BootModules...), SystemModules...)
+	for _, h := range HardwareModules {
+		names = append(names, h.Name)
+	}
+	files, err := k.Resolve(names...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the hardware's drivers: %w", err)
 	}
 	modRoot := filepath.Join("lib", "modules", k.Version)
 	for _, f := range files {
 		if err := put(filepath.Join(modRoot, f), filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, meta := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
 		if _, err := os.Stat(filepath.Join(k.ModulesDir(), meta)); err == nil {
 			if err := put(filepath.Join(modRoot, meta), filepath.Join(k.ModulesDir(), meta), 0o644); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	return files, depmod(stage, k.Version)
+	return preload, files, depmod(stage, k.Version)
 }
 
 // stager copies a file into stage at rel with mode, making its directories.
@@ -382,11 +417,11 @@ func buildRootfs(k *Kernel, bin, k3sPath string, opts BuildOptions, stage, out s
 	if err := stageMkfsTools(stage, put); err != nil {
 		return nil, fmt.Errorf("the data disks' mkfs tools: %w", err)
 	}
-	files, err := stageModules(k, stage, put)
+	files, staged, err := stageModules(k, stage, put)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKernelConfig(k.Config(), files); err != nil {
+	if err := checkKernelConfig(k.Config(), staged); err != nil {
 		return nil, err
 	}
 	ca := "/etc/ssl/certs/ca-certificates.crt"

@@ -39,9 +39,27 @@ func TestK3sModprobeCalls(t *testing.T) {
 		}
 		return copyFile(src, dst)
 	}
-	files, err := stageModules(k, stage, put)
+	preload, files, err := stageModules(k, stage, put)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The hardware's drivers are in the image but not in what init loads at every boot: its
+	// coldplug loads them for the devices present.
+	for _, h := range HardwareModules {
+		if h.Why == "" {
+			t.Errorf("HardwareModules: %s says not why it is there", h.Name)
+		}
+		in := func(list []string) bool {
+			for _, f := range list {
+				if kmod.Name(strings.TrimSuffix(strings.TrimSuffix(filepath.Base(f), ".xz"), ".ko")) == kmod.Name(h.Name) {
+					return true
+				}
+			}
+			return false
+		}
+		if !in(files) || in(preload) {
+			t.Errorf("%s: staged %v, loaded at every boot %v; want staged only", h.Name, in(files), in(preload))
+		}
 	}
 	// Debian's kernel passes the check with the image's modules, as every release build checks.
 	if err := checkKernelConfig(k.Config(), files); err != nil {
@@ -54,6 +72,10 @@ func TestK3sModprobeCalls(t *testing.T) {
 	full, err := kmod.OpenIndex(k.ModulesDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// What coldplug finds for a device: QEMU's e1000e (an Intel 82574L) by its modalias.
+	if mods, _, err := ix.Lookup("pci:v00008086d000010D3sv00008086sd00000000bc02sc00i00"); err != nil || len(mods) != 1 || mods[0] != "e1000e" {
+		t.Errorf("the image's modules.alias resolves an 82574L's modalias to %v, %v; want e1000e", mods, err)
 	}
 	for _, name := range []string{"overlay", "nf_conntrack", "br_netfilter", "iptable_nat", "iptable_filter",
 		"nft-expr-counter", "nfnetlink-subsys-11", "nft-chain-2-nat", "ip6table_nat", "ip6table_filter"} {

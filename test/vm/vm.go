@@ -54,6 +54,9 @@ type Options struct {
 	Speed Speed
 	// RTCBase, when set, is where the hardware clock starts ("2001-01-01T00:00:00").
 	RTCBase string
+	// Devices are more emulated devices, as QEMU's -device values ("e1000e,mac=..."): a
+	// NIC without a network behind it is there for its driver (coldplug), not for traffic.
+	Devices []string
 }
 
 // Speed is how fast an emulated machine runs, relative to the host and to the test's own
@@ -141,6 +144,9 @@ func Boot(opts Options) (*VM, error) {
 		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC, RTCBase: opts.RTCBase}.Args()
 	if err != nil {
 		return nil, err
+	}
+	for _, d := range opts.Devices {
+		args = append(args, "-device", d)
 	}
 	v := &VM{changed: make(chan struct{}, 1), done: make(chan struct{}), start: time.Now()}
 	v.cmd = exec.Command("qemu-system-x86_64", args...)
