@@ -612,7 +612,7 @@ func (c *Coordinator) drain(ctx context.Context, t v1alpha1.Turn, policy v1alpha
 	}
 	deadline := t.Since.Add(drainTimeout(policy))
 	// A server's etcd snapshot first (snapshot.go), within the drain's timeout.
-	blocked, err := c.awaitSnapshot(ctx, t, deadline, c.cfg.EvictRetry, log)
+	blocked, err := c.awaitSnapshot(ctx, t, deadline, min(c.cfg.EvictRetry, time.Second), log)
 	if err != nil {
 		return
 	}
