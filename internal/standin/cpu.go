@@ -142,22 +142,9 @@ func busiest(procDir string, n int) string {
 			by[name] += d
 		}
 	}
-	names := make([]string, 0, len(by))
-	for k := range by {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if by[names[i]] != by[names[j]] {
-			return by[names[i]] > by[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	if len(names) > n {
-		names = names[:n]
-	}
-	each := make([]string, len(names))
-	for i, k := range names {
-		each[i] = fmt.Sprintf("%s %.1f", k, by[k].Seconds())
+	each := secondsMostFirst(by)
+	if len(each) > n {
+		each = each[:n]
 	}
 	return strings.Join(each, ", ")
 }
@@ -206,23 +193,29 @@ func machineCPU(procStat string) (busy, total int64, err error) {
 	return busy, total, nil
 }
 
-// cpuLine is the line logged: the parts' CPU seconds, most first, and how busy the machine
-// was since the last line.
-func cpuLine(byPart map[string]time.Duration, self time.Duration, busyPct float64, since time.Duration) string {
-	names := make([]string, 0, len(byPart))
-	for n := range byPart {
-		names = append(names, n)
+// secondsMostFirst is "NAME SECONDS" for each entry, the most first (then by name).
+func secondsMostFirst(by map[string]time.Duration) []string {
+	names := make([]string, 0, len(by))
+	for k := range by {
+		names = append(names, k)
 	}
 	sort.Slice(names, func(i, j int) bool {
-		if byPart[names[i]] != byPart[names[j]] {
-			return byPart[names[i]] > byPart[names[j]]
+		if by[names[i]] != by[names[j]] {
+			return by[names[i]] > by[names[j]]
 		}
 		return names[i] < names[j]
 	})
 	each := make([]string, len(names))
-	for i, n := range names {
-		each[i] = fmt.Sprintf("%s %.1f", n, byPart[n].Seconds())
+	for i, k := range names {
+		each[i] = fmt.Sprintf("%s %.1f", k, by[k].Seconds())
 	}
+	return each
+}
+
+// cpuLine is the line logged: the parts' CPU seconds, most first, and how busy the machine
+// was since the last line.
+func cpuLine(byPart map[string]time.Duration, self time.Duration, busyPct float64, since time.Duration) string {
+	each := secondsMostFirst(byPart)
 	busy := "unknown"
 	if busyPct >= 0 {
 		busy = fmt.Sprintf("%.0f%%", busyPct)
