@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -282,8 +283,8 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		}
 		say("%s: booting (pid %d, %d MiB, %d vCPU, console %s)", m.Name, m.PID, m.MemoryMiB, m.vCPUs(), m.Console)
 	}
-	// The demo is deployed once every Node is Ready (its scheduler then spreads the two pods
-	// over the machines), not once every Machine is: its image is pulled and its pods start
+	// The demo is deployed once every Node is Ready and takes pods (its scheduler then
+	// spreads the two pods over the machines), not once every Machine is: its image is pulled and its pods start
 	// while the servers' bootstrap makes the Machines and their agents report, which took
 	// 100 s of up beside the VM tier's other tests (December 2026).
 	var deployed error = errors.New("not deployed")
@@ -367,7 +368,7 @@ var stages = []string{"booting", "k3s started", "Node Ready", "Machine Ready"}
 // waitReady waits until every machine is Ready, showing each one's stages as it reaches
 // them. from gives, for a machine booted again, where its console's new boot begins (what
 // came before is the last boot's). nodesReady, when set, is called once, as soon as every
-// machine's Node is Ready by this boot.
+// machine's Node is Ready by this boot and takes pods (no NoSchedule taint left).
 func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(string, ...any), from map[string]int64, nodesReady func()) error {
 	cfg, err := s.restConfig(10 * time.Second)
 	if err != nil {
@@ -397,6 +398,9 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 			// A Node still Ready from before a power cycle says nothing of this boot.
 			if n, err := kc.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{}); stage == 1 && err == nil && kube.NodeReady(n) {
 				stage = 2
+				if schedulable(n) {
+					nodes++
+				}
 				if mm, err := lc.Machine(ctx, m.Name); err == nil && meta.IsStatusConditionTrue(mm.Status.Conditions, v1alpha1.MachineReady) {
 					stage = 3
 				}
@@ -407,9 +411,6 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 			}
 			if at[m.Name] == len(stages)-1 {
 				done++
-			}
-			if at[m.Name] >= 2 {
-				nodes++
 			}
 		}
 		if nodesReady != nil && nodes == len(s.Machines) {
@@ -428,6 +429,21 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// schedulable: the scheduler may place pods on the Node now. Ready is not enough: the
+// controller manager takes its not-ready taint off a moment later (much later on a starved
+// server), and pods deployed before go all to the other machines (December 2026).
+func schedulable(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	return true
 }
 
 func tail(path string, n int) string {
