@@ -788,6 +788,9 @@ func (a *Agent) finishJob(ctx context.Context) error {
 		a.queue.Add(keyReconcile) // the slot is now recorded corrupt: write it again
 	} else {
 		a.jobRetryAt, a.jobRetryDigest = a.cfg.Now().Add(30*time.Second), j.digest
+		// A pass now publishes the failure (status, Degraded); the one after the pause retries.
+		// Without the first, the failure waited for some unrelated event to be seen.
+		a.queue.Add(keyReconcile)
 		a.queue.AddAfter(keyReconcile, 30*time.Second)
 	}
 	a.jobLastErr = err.Error()
