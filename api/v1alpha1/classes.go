@@ -24,6 +24,7 @@ var FieldClasses = []FieldClass{
 	{Path: "cluster.spec.channel", Class: Live, Why: "read only when a release is fetched"},
 	{Path: "cluster.spec.channelRoot", Class: Live, Why: "the channel's signatures are checked when a release is fetched"},
 	{Path: "cluster.spec.insecureUnsignedChannel", Class: Live, Why: "read when a release is fetched"},
+	{Path: "cluster.spec.channelCA", Class: Live, Why: "the channel's server is checked against it when a release is fetched"},
 	{Path: "cluster.spec.releases", Class: Live, Why: "pins are checked when a release is fetched"},
 	{Path: "cluster.spec.version", Class: Reboot, Why: "a new release is written to the inactive slot and booted as a trial"},
 	{Path: "cluster.spec.rebootPolicy", Class: Live, Why: "policy read when a reboot is due"},

@@ -62,6 +62,15 @@ type ClusterSpec struct {
 	// +optional
 	InsecureUnsignedChannel bool `json:"insecureUnsignedChannel,omitempty"`
 
+	// ChannelCA is PEM certificates machines trust for an https:// channel besides the
+	// image's CA bundle (Debian's): the CA of a channel served with a private one. `liken
+	// install` trusts it too. It proves the server, not the release: that is the pins' and
+	// channelRoot's work, over http:// as well.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="channelCA must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+	ChannelCA string `json:"channelCA,omitempty"`
+
 	// Releases pins each release a machine may run: version → digest of its release.json.
 	// A machine refuses any release whose document does not match its pin.
 	// +required

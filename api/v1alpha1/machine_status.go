@@ -182,6 +182,32 @@ type Hardware struct {
 	// +optional
 	// +listType=set
 	Modules []string `json:"modules,omitempty"`
+	// Watchdogs are the watchdog timers, in the kernel's order: the first is /dev/watchdog,
+	// the one liken arms. Only "Software Watchdog" (softdog) means the machine has no
+	// hardware watchdog liken drives, and a hang of the kernel itself will not reset it.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Watchdogs []WatchdogInfo `json:"watchdogs,omitempty"`
+}
+
+// SoftwareWatchdog is softdog's identity (drivers/watchdog/softdog.c): the kernel's own
+// timer, which resets the machine only while the kernel still runs.
+const SoftwareWatchdog = "Software Watchdog"
+
+// WatchdogInfo is one watchdog timer (/sys/class/watchdog).
+type WatchdogInfo struct {
+	// Name is the kernel's name for it, such as watchdog0.
+	Name string `json:"name"`
+	// Identity is its driver's name for it: "i6300ESB timer", "iTCO_wdt", "Software Watchdog".
+	// +optional
+	Identity string `json:"identity,omitempty"`
+	// Active says it is armed: the machine resets unless it is pinged within its timeout.
+	// +optional
+	Active bool `json:"active,omitempty"`
+	// TimeoutSeconds is its timeout.
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 }
 
 // SystemInfo is the machine's DMI identity.

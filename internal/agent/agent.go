@@ -144,6 +144,7 @@ type Agent struct {
 	verified       map[string]string
 	jobRetryAt     time.Time
 	jobRetryDigest string
+	jobRetrySource channelSource
 	jobLastErr     string
 	// jobRefused is the last slot job's refusal of a release it could not trust (not
 	// signed by the channel, or bytes other than the pin's), reported in Degraded until a

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"encoding/pem"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -106,5 +109,42 @@ func TestChannelTrusted(t *testing.T) {
 		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "names no channel root") {
 			t.Errorf("root %q, unsigned %v: %v", c.root, c.unsigned, err)
 		}
+	}
+}
+
+// TestChannelWithAPrivateCA: a channel served over https with a CA of its own. Without the
+// Cluster's spec.channelCA a machine writes nothing and says why (the server's certificate
+// is signed by an unknown authority); once the CA is there, the release is written at once,
+// not after the pause that follows a failure.
+func TestChannelWithAPrivateCA(t *testing.T) {
+	const v1, v2 = "2026.11.01-001", "2026.11.02-001"
+	ch := serveTestChannel(t, httptest.NewTLSServer, v1, v2)
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ch.Certificate().Raw}))
+	f := setup(t, map[string]v1alpha1.Role{"ca1": v1alpha1.RoleAgent})
+	f.useChannel(t, ch, v1)
+	s, boot, _ := installedWith(t, "ca1", ch, v1)
+	s.boot(t, f)
+	s.start(t)
+	defer s.stop()
+	f.waitFor(t, "ca1", "v1 running from slot A", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Release != nil && m.Status.Release.Version == v1 && m.Status.Upgrade.State == v1alpha1.UpgradeIdle
+	})
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.Version = v2 })
+	f.waitFor(t, "ca1", "v2 not written: the channel's CA is unknown", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return strings.Contains(m.Status.Upgrade.Message, "retrying at") && strings.Contains(m.Status.Upgrade.Message, "certificate signed by unknown authority")
+	})
+	if rec := boot.get().Slots["B"]; rec.Holds(ch.pins[v2]) {
+		t.Fatalf("slot B holds v2 fetched from a server no CA vouched for: %+v", rec)
+	}
+	start := time.Now()
+	f.editCluster(func(c *v1alpha1.Cluster) { c.Spec.ChannelCA = ca })
+	f.waitFor(t, "ca1", "v2 staged in slot B", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		return m.Status.Upgrade.State == v1alpha1.UpgradeStaged && m.Status.Upgrade.TargetSlot == "B"
+	})
+	if took := time.Since(start); took > 25*time.Second {
+		t.Errorf("v2 was written %s after the CA was given: the failure's 30 s pause was kept", took.Round(time.Second))
+	}
+	if rec := boot.get().Slots["B"]; !rec.Holds(ch.pins[v2]) {
+		t.Fatalf("slot B's record: %+v", rec)
 	}
 }

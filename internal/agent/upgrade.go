@@ -44,6 +44,7 @@ type SlotDevice func(slot string) (release.PartitionTarget, error)
 type slotJob struct {
 	slot, version, digest string
 	verifyOnly            bool
+	src                   channelSource
 	cancel                context.CancelFunc
 	// exited is closed when the job's goroutine has returned.
 	exited chan struct{}
@@ -586,7 +587,9 @@ func (a *Agent) upgrade(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.Cl
 		j = nil
 	}
 	if j == nil {
-		if wait := a.jobRetryAt.Sub(a.cfg.Now()); wait > 0 && a.jobRetryDigest == digest {
+		// The pause after a failure is kept for the same release from the same channel; an
+		// edit of the channel's settings (its CA, its root) is tried at once.
+		if wait := a.jobRetryAt.Sub(a.cfg.Now()); wait > 0 && a.jobRetryDigest == digest && a.jobRetrySource == sourceOf(c) {
 			a.queue.AddAfter(keyReconcile, wait)
 		} else {
 			j = a.startJob(ctx, m, c, target, version, digest, verifyOnly)
@@ -622,7 +625,8 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 	jctx, cancel := context.WithCancel(ctx)
 	j := &slotJob{slot: slot, version: version, digest: digest, verifyOnly: verifyOnly, cancel: cancel, exited: make(chan struct{})}
 	a.job = j
-	channel, root, unsigned := string(c.Spec.Channel), string(c.Spec.ChannelRoot), c.Spec.InsecureUnsignedChannel
+	src := sourceOf(c)
+	j.src = src
 	rec := a.bootInfo.Slots[slot]
 	obj := m.DeepCopy()
 	go func() {
@@ -631,7 +635,7 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 		if verifyOnly {
 			err = a.checkSlot(jctx, j, rec)
 		} else {
-			err = a.writeSlot(jctx, j, channel, root, unsigned, obj, rec)
+			err = a.writeSlot(jctx, j, src, obj, rec)
 		}
 		j.mu.Lock()
 		j.finished, j.err = true, err
@@ -641,17 +645,37 @@ func (a *Agent) startJob(ctx context.Context, m *v1alpha1.Machine, c *v1alpha1.C
 	return j
 }
 
+// channelSource is the Cluster's channel as a slot job reads it: its URL, the root its
+// signatures chain to (or the operator's choice of none), and the CAs its server may use.
+type channelSource struct {
+	url, root string
+	unsigned  bool
+	ca        string
+}
+
+func sourceOf(c *v1alpha1.Cluster) channelSource {
+	return channelSource{url: string(c.Spec.Channel), root: string(c.Spec.ChannelRoot), unsigned: c.Spec.InsecureUnsignedChannel, ca: c.Spec.ChannelCA}
+}
+
 // writeSlot fetches the release's slot image into the slot, every byte hashed as it is
 // written. The slot is recorded as being written first, so a power cut leaves no record that
 // claims a release.
-func (a *Agent) writeSlot(ctx context.Context, j *slotJob, channel, root string, unsigned bool, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
+func (a *Agent) writeSlot(ctx context.Context, j *slotJob, src channelSource, m *v1alpha1.Machine, prev bootloader.SlotRecord) error {
 	f := a.cfg.Fetcher
 	if f == nil {
 		f = &release.Fetcher{}
 	}
 	fetcher := *f
-	if err := channelTrusted(root, unsigned); err != nil {
+	channel, root := src.url, src.root
+	if err := channelTrusted(root, src.unsigned); err != nil {
 		return fmt.Errorf("release %s is not written: %w", j.version, err)
+	}
+	if src.ca != "" {
+		pool, err := release.TrustPool(src.ca)
+		if err != nil {
+			return fmt.Errorf("release %s is not written: spec.channelCA: %w", j.version, err)
+		}
+		fetcher.RootCAs = pool
 	}
 	if root != "" {
 		// The pin must be what the channel's publisher signed, before anything of the
@@ -787,7 +811,7 @@ func (a *Agent) finishJob(ctx context.Context) error {
 	if errors.As(err, &corrupt) {
 		a.queue.Add(keyReconcile) // the slot is now recorded corrupt: write it again
 	} else {
-		a.jobRetryAt, a.jobRetryDigest = a.cfg.Now().Add(30*time.Second), j.digest
+		a.jobRetryAt, a.jobRetryDigest, a.jobRetrySource = a.cfg.Now().Add(30*time.Second), j.digest, j.src
 		// A pass now publishes the failure (status, Degraded); the one after the pause retries.
 		// Without the first, the failure waited for some unrelated event to be seen.
 		a.queue.Add(keyReconcile)

@@ -205,6 +205,13 @@ type testChannel struct {
 
 func newTestChannel(t *testing.T, versions ...string) *testChannel {
 	t.Helper()
+	return serveTestChannel(t, httptest.NewServer, versions...)
+}
+
+// serveTestChannel is newTestChannel over a server that serve starts (httptest.NewServer,
+// or httptest.NewTLSServer for an https channel with a CA of its own).
+func serveTestChannel(t *testing.T, serve func(http.Handler) *httptest.Server, versions ...string) *testChannel {
+	t.Helper()
 	dir := t.TempDir()
 	c := &testChannel{dir: dir, pins: map[string]string{}, slots: map[string][]byte{}, gets: map[string]*atomic.Int32{}}
 	for i, v := range versions {
@@ -222,7 +229,7 @@ func newTestChannel(t *testing.T, versions ...string) *testChannel {
 		c.pins[v], c.slots[v], c.gets[v] = apirelease.Digest(b), img, &atomic.Int32{}
 	}
 	files := http.FileServer(http.Dir(dir))
-	c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c.Server = serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/"), "/slot.img"); ok && c.gets[v] != nil {
 			c.gets[v].Add(1)
 		}

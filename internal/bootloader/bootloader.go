@@ -150,13 +150,27 @@ const EnvSelect = `function pick_env {
 }
 `
 
+// ConsoleSelect sets console_args, the kernel's consoles: the screen (tty0) always, and the
+// first serial port (ttyS0, 115200 baud) last, so that /dev/console is it, only where GRUB
+// finds one. GRUB registers com0 only if the UART's scratch register keeps what it writes
+// (grub-core/term/ns8250.c), so "serial --unit=0" fails on a machine without one; a
+// console= naming a port that is not there would take /dev/console, and init's lines with
+// it, to nowhere. GRUB's own lines go to the serial port and the firmware's console.
+const ConsoleSelect = `if serial --unit=0 --speed=115200; then
+  terminal_input serial console
+  terminal_output serial console
+  set console_args="console=tty0 console=ttyS0,115200"
+else
+  terminal_input console
+  terminal_output console
+  set console_args="console=tty0"
+fi
+`
+
 // ConfigText is grub.cfg. Slots are partitions 2 (A) and 3 (B) of the disk holding the ESP.
 // apparmor=0: Debian's kernel enables AppArmor, and containerd then needs apparmor_parser,
 // which the image does not carry; without it every pod would fail to start.
-const ConfigText = `serial --unit=0 --speed=115200
-terminal_input serial console
-terminal_output serial console
-set timeout=0
+const ConfigText = ConsoleSelect + `set timeout=0
 regexp --set=1:disk '^(.*),gpt[0-9]+$' "$root"
 ` + EnvSelect + `pick_env $prefix
 load_env --file $envfile default_slot trial_slot install_args kernel_args trial_args
@@ -181,7 +195,7 @@ function boot_slot {
   # liken's own arguments come last, so they win over an operator's (the kernel and init
   # both take the last of a repeated argument): panic=5 makes a panic end in a reboot,
   # which is how a failed trial falls back.
-  if linux ($disk,gpt$part)/vmlinuz $install_args $args console=ttyS0,115200 panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2; then
+  if linux ($disk,gpt$part)/vmlinuz $install_args $args $console_args panic=5 apparmor=0 liken.root=PARTLABEL=$label liken.slot=$1 liken.trial=$2; then
     if initrd ($disk,gpt$part)/initramfs.img; then
       boot
     fi

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -501,6 +502,40 @@ func TestStatusSaysTheSnapshots(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the snapshot lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestStatusSaysASoftwareWatchdog: a machine whose only watchdog is softdog is named (a
+// hung kernel will not reset it); one with a hardware watchdog, or none reported, is not.
+func TestStatusSaysASoftwareWatchdog(t *testing.T) {
+	hw := func(ids ...string) *v1alpha1.Hardware {
+		h := &v1alpha1.Hardware{}
+		for i, id := range ids {
+			h.Watchdogs = append(h.Watchdogs, v1alpha1.WatchdogInfo{Name: fmt.Sprintf("watchdog%d", i), Identity: id})
+		}
+		return h
+	}
+	var f fleet
+	for name, h := range map[string]*v1alpha1.Hardware{
+		"soft": hw(v1alpha1.SoftwareWatchdog), "esb": hw("i6300ESB timer", v1alpha1.SoftwareWatchdog), "none": hw(), "unread": nil,
+	} {
+		f.Machines = append(f.Machines, row(&v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1alpha1.MachineStatus{Hardware: h}}))
+	}
+	slices.SortFunc(f.Machines, func(a, b machineState) int { return strings.Compare(a.Name, b.Name) })
+	var b strings.Builder
+	summary(&b, f)
+	var got []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "watchdog:") {
+			got = append(got, l)
+		}
+	}
+	want := []string{"watchdog: soft: softdog only, no hardware watchdog liken drives: a hang of the kernel itself will not reset it"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the watchdog lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if f.Machines[0].Name != "esb" || f.Machines[0].Watchdog != "i6300ESB timer" {
+		t.Errorf("esb's row says watchdog %q", f.Machines[0].Watchdog)
 	}
 }
 

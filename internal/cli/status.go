@@ -62,6 +62,8 @@ type machineState struct {
 	Hardware string `json:"hardware,omitempty"`
 	// EtcdSnapshot is a server's etcd snapshot for its last turn (status.etcdSnapshot).
 	EtcdSnapshot *v1alpha1.EtcdSnapshotStatus `json:"etcdSnapshot,omitempty"`
+	// Watchdog is the identity of the watchdog the machine arms (status.hardware.watchdogs[0]).
+	Watchdog string `json:"watchdog,omitempty"`
 }
 
 // statusFlags are status's output options beyond -o json|yaml, as kubectl users know them.
@@ -289,6 +291,11 @@ func summary(w io.Writer, f fleet) {
 			fmt.Fprintf(w, "etcd snapshot: %s: %s\n", r.Name, snapshotWords(s))
 		}
 	}
+	for _, r := range f.Machines {
+		if r.Watchdog == v1alpha1.SoftwareWatchdog {
+			fmt.Fprintf(w, "watchdog: %s: softdog only, no hardware watchdog liken drives: a hang of the kernel itself will not reset it\n", r.Name)
+		}
+	}
 	for _, tf := range f.TrialFailures {
 		accepted := ""
 		if tf.Accepted {
@@ -333,6 +340,9 @@ func row(m *v1alpha1.Machine) machineState {
 	}
 	if h := s.Hardware; h != nil {
 		r.Hardware = strings.TrimSpace(h.System.Vendor + " " + h.System.Product)
+		if len(h.Watchdogs) > 0 {
+			r.Watchdog = h.Watchdogs[0].Identity
+		}
 	}
 	r.EtcdSnapshot = s.EtcdSnapshot
 	// The node's address: the one k3s is given (spec.network.nodeIP), else the first

@@ -26,6 +26,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/disk"
+	"liken.dev/liken/internal/host/console"
 	"liken.dev/liken/internal/host/k3s"
 	"liken.dev/liken/internal/host/network"
 	"liken.dev/liken/internal/host/watchdog"
@@ -77,7 +78,10 @@ func Main() {
 	if testHelperMain() {
 		return
 	}
-	s, err := systemStage(os.Stdout)
+	// Init's lines go to every console the kernel has, not only /dev/console: the screen
+	// besides the serial port.
+	con := console.New(os.Stdout)
+	s, err := systemStage(con, con.FindActive())
 	if s != nil && err != nil {
 		err = errors.New(s.withDisks(err.Error()))
 		if s.boot != nil {
@@ -87,15 +91,16 @@ func Main() {
 			s.releaseDisks() // k3s is not running: it had not started, or a shutdown stopped it
 		}
 	}
-	initramfs.Fail(os.Stdout, err) // a trial reboots into the last good slot
+	initramfs.Fail(con, err) // a trial reboots into the last good slot
 }
 
-func systemStage(console io.Writer) (*system, error) {
-	// Init's lines go to the console and, once the state partition is mounted, to its log
+func systemStage(console io.Writer, consoles []string) (*system, error) {
+	// Init's lines go to the consoles and, once the state partition is mounted, to its log
 	// there too (logs.go).
 	log := &initLog{console: console}
 	version, _ := os.ReadFile(initramfs.VersionFile)
 	fmt.Fprintf(log, "liken-init: system stage at %s, release %s\n", initramfs.Uptime(), strings.TrimSpace(string(version)))
+	fmt.Fprintf(log, "liken-init: consoles: %s (init's lines on each; /dev/console, the last, also has k3s's and the agent's)\n", strings.Join(consoles, " "))
 	cmdlineRaw, _ := os.ReadFile("/proc/cmdline")
 	s := &system{log: log, cmd: initramfs.ParseCmdline(string(cmdlineRaw)).WithoutTestSwitches(log), version: strings.TrimSpace(string(version)), rebootCh: make(chan string, 1)}
 	s.report.Cmdline = strings.TrimSpace(string(cmdlineRaw))

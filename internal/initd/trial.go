@@ -46,11 +46,7 @@ func (s *system) armWatchdog() {
 		return
 	}
 	s.watchdog, s.watchdogReset = d, d.Reset
-	note := ""
-	if d.Note != "" {
-		note = " (" + d.Note + ")"
-	}
-	fmt.Fprintf(s.log, "liken-init: watchdog armed, %s%s\n", d.Timeout, note)
+	fmt.Fprintf(s.log, "liken-init: watchdog armed, %s%s\n", d.Timeout, initramfs.WatchdogNote(d))
 }
 
 // readPstore returns the kernel log a panic left in the firmware's store (efi_pstore) and

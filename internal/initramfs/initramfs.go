@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"liken.dev/liken/internal/host/console"
 	"liken.dev/liken/internal/kmod"
 )
 
@@ -50,7 +51,8 @@ func ParseCmdline(s string) Cmdline {
 
 // Main runs the first stage; it never returns.
 func Main() {
-	Fail(os.Stdout, initramfsStage(os.Stdout))
+	con := console.New(os.Stdout)
+	Fail(con, initramfsStage(con))
 }
 
 // Fail reports why the boot failed. A trial boot reboots: the boot loader already chose the
@@ -81,7 +83,7 @@ func Uptime() string {
 	return f[0] + "s"
 }
 
-func initramfsStage(log io.Writer) error {
+func initramfsStage(log *console.Writer) error {
 	for _, m := range []struct{ src, dst, fs string }{
 		{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"tmpfs", "/run", "tmpfs"},
 	} {
@@ -90,6 +92,7 @@ func initramfsStage(log io.Writer) error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
+	log.FindActive() // with /sys and /dev mounted: init's lines on the screen too
 	krel, _ := os.ReadFile(KernelRelease)
 	version, _ := os.ReadFile(VersionFile)
 	fmt.Fprintf(log, "liken-init: initramfs stage at %s, release %s, kernel %s\n", Uptime(), strings.TrimSpace(string(version)), strings.TrimSpace(string(krel)))

@@ -30,13 +30,25 @@ func armTrialWatchdog(log io.Writer, cmd Cmdline) *watchdog.Dog {
 		fmt.Fprintf(log, "liken-init: no watchdog in the initramfs (%v): a hang before init will not end this trial\n", err)
 		return nil
 	}
-	fmt.Fprintf(log, "liken-init: trial boot: watchdog armed in the initramfs, %s%s\n", d.Timeout, note(d))
+	fmt.Fprintf(log, "liken-init: trial boot: watchdog armed in the initramfs, %s%s\n", d.Timeout, WatchdogNote(d))
 	return d
 }
 
-func note(d *watchdog.Dog) string {
-	if d.Note == "" {
-		return ""
+// WatchdogNote says which watchdog is armed, and what differed from the request, for the
+// console line that says it was armed: ", i6300ESB timer", or softdog's warning that it
+// does not end a hang of the kernel itself.
+func WatchdogNote(d *watchdog.Dog) string {
+	out := ""
+	switch {
+	case d.Identity == "":
+		out = ", a driver that does not say its name"
+	case watchdog.Software(d.Identity):
+		out = ", " + d.Identity + " (softdog: no hardware watchdog liken drives was found; a hang of the kernel itself will not reset the machine)"
+	default:
+		out = ", " + d.Identity
 	}
-	return " (" + d.Note + ")"
+	if d.Note != "" {
+		out += " (" + d.Note + ")"
+	}
+	return out
 }

@@ -53,6 +53,20 @@ type Machine struct {
 	// RTCBase, when set, is where the emulated hardware clock starts (QEMU -rtc base=, such
 	// as "2001-01-01T00:00:00"); by default it starts at the host's time in UTC.
 	RTCBase string
+	// Screen gives the machine QEMU's standard VGA, on which OVMF makes a framebuffer the
+	// kernel's console then draws on (efifb, fbcon), as on a machine with a monitor; nothing
+	// shows it. Without it the machine is headless (-vga none), as most servers run, and no
+	// boot pays for drawing text under emulation.
+	Screen bool
+	// Serial2, when set, is a file that receives the second serial port (COM2, ttyS1).
+	Serial2 string
+	// NoCOM1 leaves the first serial port (COM1, 0x3f8) out, and puts the console on the
+	// second (COM2, 0x2f8) instead: a machine on which GRUB finds no com0.
+	NoCOM1 bool
+	// Watchdog is the hardware watchdog: "" is an i6300ESB card; "tco" is the TCO timer
+	// of the Q35 chipset's LPC bridge (ICH9), which iTCO_wdt drives, set to reset the
+	// machine (QEMU's default straps it not to), and no card.
+	Watchdog string
 }
 
 // Disk is a disk image.
@@ -81,9 +95,29 @@ func (m Machine) Args() ([]string, error) {
 	}
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", fmt.Sprint(m.CPUs), "-m", fmt.Sprint(m.MemoryMiB),
-		"-display", "none", "-serial", "stdio", "-monitor", "none",
-		// A watchdog as real hardware has; QEMU resets the machine when it fires.
-		"-device", "i6300esb", "-action", "watchdog=reset",
+		"-display", "none", "-monitor", "none", "-action", "watchdog=reset",
+	}
+	// A watchdog as real hardware has; QEMU resets the machine when it fires.
+	switch m.Watchdog {
+	case "":
+		args = append(args, "-device", "i6300esb")
+	case "tco":
+		args = append(args, "-global", "ICH9-LPC.noreboot=false")
+	default:
+		return nil, fmt.Errorf("watchdog %q: want \"\" (i6300esb) or \"tco\"", m.Watchdog)
+	}
+	if m.NoCOM1 {
+		args = append(args, "-serial", "none", "-chardev", "stdio,id=console", "-device", "isa-serial,chardev=console,iobase=0x2f8,irq=3")
+	} else {
+		args = append(args, "-serial", "stdio")
+		if m.Serial2 != "" {
+			args = append(args, "-serial", "file:"+m.Serial2)
+		}
+	}
+	if m.Screen {
+		args = append(args, "-vga", "std")
+	} else {
+		args = append(args, "-vga", "none")
 	}
 	if m.Icount != "" {
 		args = append(args, "-icount", m.Icount)

@@ -29,7 +29,13 @@ import (
 var BootModules = []string{
 	"virtio_pci", "virtio_blk", "virtio_scsi", "virtio_rng", "nvme", "ahci", "sd_mod", "megaraid_sas", "mpt3sas",
 	"squashfs", "ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "loop",
-	"efivarfs", "efi_pstore", "i6300esb", "softdog",
+	"efivarfs", "efi_pstore",
+	// Watchdogs, hardware first: /dev/watchdog is the first one registered, so softdog (the
+	// kernel's timer, which a hung kernel does not fire) is it only on a machine with none
+	// of the others. i6300esb: QEMU's; iTCO_wdt (through lpc_ich, which makes its device):
+	// the TCO timer of Intel chipsets; sp5100_tco: AMD's. Each loads without its hardware
+	// and binds nothing.
+	"i6300esb", "lpc_ich", "iTCO_wdt", "sp5100_tco", "softdog",
 }
 
 // SystemModules are in the root image for the booted system and k3s (k3s modprobes some of

@@ -5,9 +5,13 @@
 package release
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"hash"
@@ -35,6 +39,9 @@ type Fetcher struct {
 	// Client makes HTTP requests; nil means one with sane timeouts. Go's client stops
 	// after 10 redirects, which ends redirect loops.
 	Client *http.Client
+	// RootCAs are the CAs that client trusts for https:// (TrustPool); nil means the
+	// system's. Used only when Client is nil.
+	RootCAs *x509.CertPool
 	// Retries bounds the attempts after a failure that may pass (a cut connection, a stall,
 	// a 5xx answer). Default 5.
 	Retries int
@@ -70,11 +77,43 @@ type Retry struct {
 
 const bufferSize = 1 << 20
 
+// TrustPool is the system's CAs and those of pem (a Cluster's spec.channelCA), for
+// Fetcher.RootCAs. pem must hold at least one certificate, and nothing else.
+func TrustPool(certs string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool() // no bundle: the channel's CA alone
+	}
+	rest := []byte(certs)
+	n := 0
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("the channel's CA holds a %s block; only certificates belong there", block.Type)
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("the channel's CA certificate %d: %w", n+1, err)
+		}
+		pool.AddCert(cert)
+		n++
+	}
+	if n == 0 || len(bytes.TrimSpace(rest)) > 0 {
+		return nil, errors.New("the channel's CA is not PEM certificates")
+	}
+	return pool, nil
+}
+
 func (f *Fetcher) defaults() {
 	if f.Client == nil {
 		f.Client = &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second,
 			TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
+			TLSClientConfig: &tls.Config{RootCAs: f.RootCAs},
 		}}
 	}
 	if f.Retries == 0 {
@@ -356,6 +395,12 @@ func (f *Fetcher) open(ctx context.Context, u *url.URL, rel string, offset, size
 		if strings.Contains(err.Error(), "stopped after") || (errors.As(err, &ue) && strings.Contains(ue.Err.Error(), "unsupported protocol scheme")) {
 			// A redirect loop, or a redirect to a scheme liken never follows (ftp://, file://):
 			// no other attempt can end differently.
+			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
+		}
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			// The server's certificate is not one this machine trusts (a private CA not in
+			// spec.channelCA, a name that does not match): asking again changes nothing.
 			return nil, permanent{fmt.Errorf("fetching %s: %w", rel, err)}
 		}
 		return nil, fmt.Errorf("fetching %s: %w", rel, explain(err))

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -480,5 +483,49 @@ func TestDeadlineDuringAPause(t *testing.T) {
 	err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "gave up after 1s, the overall deadline") || !strings.Contains(err.Error(), "503") || strings.Contains(err.Error(), "context deadline exceeded") {
 		t.Fatalf("err = %v; want the deadline named with the last failure (503)", err)
+	}
+}
+
+// TestFetchTrustsTheChannelCA: a channel served over https with a CA the system does not
+// know is refused as such, and fetched once its CA is trusted (a Cluster's channelCA, as
+// TrustPool reads it); what is not PEM certificates is refused, saying so.
+func TestFetchTrustsTheChannelCA(t *testing.T) {
+	dir, pin := testRelease(t, nil)
+	srv := httptest.NewTLSServer(http.FileServer(http.Dir(dir)))
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+
+	f := fetcher()
+	var retries atomic.Int32
+	f.Retrying = func(Retry) { retries.Add(1) }
+	err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir())
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("a channel whose CA is not trusted: %v; want x509's unknown authority", err)
+	}
+	if n := retries.Load(); n != 0 {
+		t.Errorf("a certificate no CA vouches for was tried %d more times", n)
+	}
+	pool, err := TrustPool(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = fetcher()
+	f.RootCAs = pool
+	if err := fetchAll(t.Context(), f, srv.URL, pin, t.TempDir()); err != nil {
+		t.Fatalf("with the channel's CA trusted: %v", err)
+	}
+
+	key := string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("x")}))
+	for name, bad := range map[string]string{
+		"empty":      "",
+		"not PEM":    "hello",
+		"a key":      ca + key,
+		"bad cert":   string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})),
+		"text after": ca + "trailing words",
+	} {
+		if _, err := TrustPool(bad); err == nil {
+			t.Errorf("%s: TrustPool took it", name)
+		}
 	}
 }

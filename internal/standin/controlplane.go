@@ -196,6 +196,10 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 	}
 
 	t0 := time.Now()
+	// A normal start after a cluster reset ends it: another reset may follow (reset.go).
+	if err := os.Remove(cp.server("db", ResetFlagFile)); err == nil {
+		fmt.Fprintln(cp.Log, "k3s-standin: started normally after a cluster reset; server/db/reset-flag removed")
+	}
 	if err := start("etcd", cp.etcdArgs()...); err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ var agentKeys = set("server", "token", "token-file", "node-name", "node-ip", "no
 	"resolv-conf", "flannel-iface", "with-node-id", "debug", "v", "log", "alsologtostderr")
 
 // Keys only `k3s server` defines (pkg/cli/cmds/server.go).
-var serverKeys = set("cluster-init", "cluster-reset", "cluster-cidr", "service-cidr", "cluster-dns",
+var serverKeys = set("cluster-init", "cluster-reset", "cluster-reset-restore-path", "cluster-cidr", "service-cidr", "cluster-dns",
 	"cluster-domain", "flannel-backend", "disable", "disable-network-policy", "embedded-registry",
 	"secrets-encryption", "write-kubeconfig", "write-kubeconfig-mode", "agent-token", "agent-token-file",
 	"kube-apiserver-arg", "kube-controller-manager-arg", "kube-scheduler-arg", "tls-san",
@@ -114,6 +114,10 @@ type Config struct {
 	Role       string
 	Values     map[string]any
 	Registries map[string]any
+	// reset and restorePath are --cluster-reset and --cluster-reset-restore-path, from the
+	// command line or the config file.
+	reset       bool
+	restorePath string
 }
 
 // Main runs the stand-in with k3s's arguments and returns the exit code.
@@ -126,6 +130,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
 		return 1
+	}
+	if cfg.reset {
+		if err := cfg.clusterReset(ctx, os.Getenv, stderr); err != nil {
+			fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if err := cfg.stageAndRun(args, os.Getenv, stderr); err != nil {
 		fmt.Fprintf(stderr, "k3s-standin: %v\n", err)
@@ -156,6 +167,11 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 			i++
 		case strings.HasPrefix(a, "--config="):
 			path = strings.TrimPrefix(a, "--config=")
+		case a == "--cluster-reset" && args[0] == "server":
+			// A one-shot run, as k3s's docs give it on the command line (ClusterReset).
+			c.reset = true
+		case strings.HasPrefix(a, "--cluster-reset-restore-path=") && args[0] == "server":
+			c.restorePath = strings.TrimPrefix(a, "--cluster-reset-restore-path=")
 		default:
 			return nil, fmt.Errorf("flag provided but not defined: %s (the stand-in reads everything from its config file)", a)
 		}
@@ -187,6 +203,15 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	sort.Strings(unknown)
 	if len(unknown) > 0 && c.Role == "agent" {
 		return nil, fmt.Errorf("flag provided but not defined: -%s", unknown[0])
+	}
+	if b, _ := c.Values["cluster-reset"].(bool); b {
+		c.reset = true
+	}
+	if p := c.str("cluster-reset-restore-path"); p != "" && c.restorePath == "" {
+		c.restorePath = p // a flag on the command line wins, as with k3s
+	}
+	if c.restorePath != "" && !c.reset {
+		return nil, errors.New("invalid flag use; --cluster-reset required with --cluster-reset-restore-path")
 	}
 	reg := "/etc/rancher/k3s/registries.yaml"
 	if v, ok := c.Values["private-registry"].(string); ok {

@@ -83,6 +83,31 @@ func TestParse(t *testing.T) {
 	if err != nil || c.NodeName() != "from-env" {
 		t.Errorf("K3S_CONFIG_FILE must win over --config: %v, %v", c, err)
 	}
+	// A cluster reset, on the command line as k3s's docs give it, or in the config file.
+	cfg := writeConfig(t, "node-name: s1\n")
+	for _, tc := range []struct {
+		args        []string
+		reset       bool
+		restorePath string
+		wantErr     string
+	}{
+		{[]string{"server", "--config", cfg, "--cluster-reset", "--cluster-reset-restore-path=/var/lib/rancher/k3s/server/db/snapshots/liken-s1-1"}, true, "/var/lib/rancher/k3s/server/db/snapshots/liken-s1-1", ""},
+		{[]string{"server", "--config", writeConfig(t, "cluster-reset: true\ncluster-reset-restore-path: /s\n")}, true, "/s", ""},
+		{[]string{"server", "--config", cfg, "--cluster-reset"}, true, "", ""},
+		{[]string{"server", "--config", cfg, "--cluster-reset-restore-path=/s"}, false, "", "--cluster-reset required with --cluster-reset-restore-path"},
+		{[]string{"agent", "--config", writeConfig(t, "server: https://s1:6443\n"), "--cluster-reset"}, false, "", "flag provided but not defined: --cluster-reset"},
+	} {
+		c, err := Parse(tc.args, noEnv)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: %v; want %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || c.reset != tc.reset || c.restorePath != tc.restorePath {
+			t.Errorf("%v: reset %v, restore %q, %v", tc.args, c != nil && c.reset, c.restorePath, err)
+		}
+	}
 }
 
 func freeAddr(t *testing.T) string {

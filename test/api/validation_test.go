@@ -66,6 +66,7 @@ var invalidCases = []invalidCase{
 	{"time server as a URL", "cluster", setTo("spec.timeServers", []string{"ntp://time.example.com"}), "timeServers must be host names or addresses, each with an optional :port"},
 	{"time server with a space", "cluster", setTo("spec.timeServers", []string{"time.example.com 123"}), "timeServers must be host names or addresses"},
 	{"channel scheme", "cluster", setTo("spec.channel", "ftp://releases.example.com"), "channel must be an http://, https:// or file:// URL"},
+	{"channel CA not PEM", "cluster", setTo("spec.channelCA", "MIIBszCCAVmgAwIBAgIU"), "channelCA must hold PEM certificates"},
 	{"kernel arg with space", "cluster", setTo("spec.kernelArgs", []string{"console=ttyS0 quiet"}), "must be one kernel argument without spaces or quotes"},
 	{"kernel arg of liken's own", "cluster", setTo("spec.kernelArgs", []string{"liken.trial.deadline=99999"}), "liken.* kernel arguments are liken's own"},
 	{"kernel arg naming the slot", "server-1", setTo("spec.kernelArgs", []string{"quiet", "liken.slot=B"}), "liken.* kernel arguments are liken's own"},

@@ -86,34 +86,36 @@ func disksAre(m *v1alpha1.Machine, reasons ...string) bool {
 // debugfs from a read-only loop device over the partition (the VM is stopped).
 func partitionFiles(t *testing.T, img string, n int) string {
 	t.Helper()
-	f, err := os.Open(img)
+	parts, err := disk.Read(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := disk.ReadTable(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range tb.Entries {
-		if e.Index != n {
-			continue
+	for _, e := range parts {
+		if e.Index == n {
+			return debugfs(t, img, e, "ls -l /")
 		}
-		out, err := exec.Command("losetup", "--find", "--show", "--read-only", "--offset", strconv.FormatInt(e.Offset(tb.SectorSize), 10),
-			"--sizelimit", strconv.FormatInt(e.Size(tb.SectorSize), 10), img).CombinedOutput()
-		if err != nil {
-			t.Fatalf("losetup: %v: %s", err, out)
-		}
-		loop := strings.TrimSpace(string(out))
-		defer exec.Command("losetup", "-d", loop).Run()
-		ls, err := exec.Command("debugfs", "-R", "ls -l /", loop).CombinedOutput()
-		if err != nil {
-			t.Fatalf("debugfs: %v: %s", err, ls)
-		}
-		return string(ls)
 	}
 	t.Fatalf("%s has no partition %d", img, n)
 	return ""
+}
+
+// debugfs runs one debugfs request ("ls -l /", "cat /log/kernel.log") on the ext4 file
+// system in partition e of a disk image, through a read-only loop device (the VM is
+// stopped), and returns its output.
+func debugfs(t *testing.T, img string, e disk.Extent, request string) string {
+	t.Helper()
+	out, err := exec.Command("losetup", "--find", "--show", "--read-only", "--offset", strconv.FormatInt(e.Offset, 10),
+		"--sizelimit", strconv.FormatInt(e.Size, 10), img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup: %v: %s", err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	defer exec.Command("losetup", "-d", loop).Run()
+	res, err := exec.Command("debugfs", "-R", request, loop).Output()
+	if err != nil {
+		t.Fatalf("debugfs -R %q: %v", request, err)
+	}
+	return string(res)
 }
 
 // TestDataDiskAndNetworkTrials: one server machine through the trials of its disks and its

@@ -67,7 +67,9 @@ func TestGRUBReadsEveryPowerCut(t *testing.T) {
 	}
 	// Serial output only: through the firmware's console too, each line would come twice.
 	// GRUB wraps at 80 columns, so each value has a line of its own.
-	cfg := "serial --unit=0 --speed=115200\nterminal_input serial\nterminal_output serial\n" + bootloader.EnvSelect + `function check {
+	// First, grub.cfg's own console choice (bootloader.ConsoleSelect) on a machine with a
+	// first serial port; TestGRUBFindsNoSerialPort is the one without.
+	cfg := bootloader.ConsoleSelect + "terminal_input serial\nterminal_output serial\necho \"consoles: $console_args\"\n" + bootloader.EnvSelect + `function check {
   pick_env $1
   set default_slot=
   set trial_slot=
@@ -82,28 +84,11 @@ func TestGRUBReadsEveryPowerCut(t *testing.T) {
 }
 echo "cuts start"
 ` + script.String() + "echo \"cuts done\"\nhalt\n"
-	os.MkdirAll(filepath.Join(tree, "EFI", "BOOT"), 0o755)
-	os.MkdirAll(filepath.Join(tree, bootloader.ConfigDir), 0o755)
-	os.WriteFile(filepath.Join(tree, bootloader.Config), []byte(cfg), 0o644)
-	if err := bootloader.BuildEFI(filepath.Join(tree, bootloader.EFIBinary), work); err != nil {
-		t.Fatal(err)
-	}
-	img := filepath.Join(work, "esp.img")
-	for _, cmd := range [][]string{
-		{"mkfs.vfat", "-n", bootloader.ESPLabel, "-C", img, "65536"},
-		{"mcopy", "-s", "-i", img, filepath.Join(tree, "EFI"), filepath.Join(tree, "c"), "::"},
-	} {
-		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v %s", cmd[0], err, out)
-		}
-	}
-	disk := filepath.Join(work, "disk.img")
-	if err := GPTDisk(disk, 66, []Partition{{Label: "esp", SizeMiB: 64, Image: img, Type: "ef00"}}); err != nil {
-		t.Fatal(err)
-	}
+	disk := grubDisk(t, work, tree, cfg)
 	start := time.Now()
 	v := bootUEFI(t, disk, false)
-	expect(t, v, "cuts start", 3*time.Minute)
+	expect(t, v, "consoles: console=tty0 console=ttyS0,115200", 3*time.Minute)
+	expect(t, v, "cuts start", time.Minute)
 	expect(t, v, "cuts done", 20*time.Minute)
 	took := time.Since(start)
 	got := map[string]string{}
@@ -116,6 +101,50 @@ echo "cuts start"
 		}
 	}
 	report.Line("GRUB environment power cuts: %d cut points (after every byte of three updates), each read by GRUB in QEMU as the old or the new intent, as init reads it; %s (TCG)", n, took.Round(time.Second))
+}
+
+// TestGRUBFindsNoSerialPort: on a machine without a first serial port (COM1), grub.cfg's
+// console choice (bootloader.ConsoleSelect) gives the kernel the screen alone: a console=
+// naming the missing port would take /dev/console, and init's lines, to nowhere. The
+// script's answer comes out of the second serial port, the only one there.
+func TestGRUBFindsNoSerialPort(t *testing.T) {
+	vmTest(t)
+	work := t.TempDir()
+	cfg := bootloader.ConsoleSelect + "serial --unit=1 --speed=115200\nterminal_input serial\nterminal_output serial\necho \"consoles: $console_args.\"\nhalt\n"
+	disk := grubDisk(t, work, filepath.Join(work, "tree"), cfg)
+	v := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: disk}}, NoCOM1: true})
+	expect(t, v, "consoles: console=tty0.", 3*time.Minute)
+}
+
+// grubDisk is a disk whose ESP holds GRUB, liken's EFI image, with cfg as its grub.cfg, and
+// the directories of tree.
+func grubDisk(t *testing.T, work, tree, cfg string) string {
+	t.Helper()
+	os.MkdirAll(filepath.Join(tree, "EFI", "BOOT"), 0o755)
+	os.MkdirAll(filepath.Join(tree, bootloader.ConfigDir), 0o755)
+	os.WriteFile(filepath.Join(tree, bootloader.Config), []byte(cfg), 0o644)
+	if err := bootloader.BuildEFI(filepath.Join(tree, bootloader.EFIBinary), work); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(work, "esp.img")
+	entries, _ := os.ReadDir(tree)
+	mcopy := []string{"mcopy", "-s", "-i", img}
+	for _, e := range entries {
+		mcopy = append(mcopy, filepath.Join(tree, e.Name()))
+	}
+	for _, cmd := range [][]string{
+		{"mkfs.vfat", "-n", bootloader.ESPLabel, "-C", img, "65536"},
+		append(mcopy, "::"),
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", cmd[0], err, out)
+		}
+	}
+	disk := filepath.Join(work, "disk.img")
+	if err := GPTDisk(disk, 66, []Partition{{Label: "esp", SizeMiB: 64, Image: img, Type: "ef00"}}); err != nil {
+		t.Fatal(err)
+	}
+	return disk
 }
 
 // cutLine is one line the test's GRUB script prints: the cut and what GRUB read there.

@@ -201,6 +201,35 @@ func bootUEFIAt(t *testing.T, speed Speed, diskPath string, allowReboot bool, ni
 	return bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{d}, AllowReboot: allowReboot, NICs: nics, Speed: speed})
 }
 
+// consoles checks a boot's consoles: GRUB named the screen and the first serial port
+// (found), after the install's console=ttyS1; the kernel drew its console on the screen's
+// framebuffer; init said it writes to all three, /dev/console (ttyS0) last; and the second
+// serial port has init's lines from the initramfs to the power-off, as the first has.
+func consoles(t *testing.T, console, serial2File, kernelLog string) {
+	t.Helper()
+	if line := consoleLine(kernelLog, "Kernel command line:"); !strings.Contains(line, "console=ttyS1 console=tty0 console=ttyS0,115200 ") {
+		t.Errorf("the kernel's command line does not end its consoles with GRUB's screen and serial port: %q", line)
+	}
+	if !strings.Contains(kernelLog, "frame buffer device") {
+		t.Errorf("the kernel's log says nothing of a frame buffer console (efifb, fbcon)")
+	}
+	if line := consoleLine(console, "liken-init: consoles: "); !regexp.MustCompile(`consoles: (ttyS1 tty1|tty1 ttyS1) ttyS0 \(`).MatchString(line) {
+		t.Errorf("init's consoles: %q; want ttyS1 and tty1, then ttyS0", line)
+	}
+	b, err := os.ReadFile(serial2File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"liken-init: initramfs stage at", "liken-init: system stage at", "liken-init: started k3s (pid", "liken-init: shutdown complete"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the second serial port lacks init's line %q", want)
+		}
+	}
+	if strings.Contains(string(b), "k3s-standin:") {
+		t.Errorf("k3s's output went to the second serial port; only /dev/console is to have it")
+	}
+}
+
 // bootWith boots a machine for a test: its console is logged if the test fails, and it is
 // stopped when the test ends.
 func bootWith(t *testing.T, opts Options) *VM {
@@ -265,7 +294,8 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	target, _, done := installTarget(t, d, testLayout.MinSizeMiB()+16, 4096)
 	publishedRelease(t) // built before the install is timed
 	start := time.Now()
-	installTo(t, target, 0, "quiet liken.test=poweroff liken.test.trap-sigterm", "server-1", "server", nil)
+	// console=ttyS1: a second console besides GRUB's (the screen and the first serial port).
+	installTo(t, target, 0, "quiet liken.test=poweroff liken.test.trap-sigterm console=ttyS1", "server-1", "server", nil)
 	took := time.Since(start)
 	done()
 	parts, err := disk.Read(d)
@@ -280,12 +310,21 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	if st := parts[disk.State]; st.SectorSize != 4096 {
 		t.Fatalf("the image's GPT is not of 4096-byte sectors: %+v", st)
 	}
-	v := bootUEFI(t, d, false) // as a disk of 4096-byte sectors: its GPT says so
+	// As a disk of 4096-byte sectors (its GPT says so), on a machine with a screen and a
+	// second serial port (issue 29, a console on the screen and the serial port): init's
+	// lines go to every console the kernel has, not only to /dev/console (the first serial
+	// port, the last console GRUB names). The second serial port, a file, stands for the
+	// screen, whose text no test can read; the kernel's log says it drew on the screen.
+	serial2 := filepath.Join(t.TempDir(), "ttyS1")
+	v := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: d, SectorSize: 4096}}, Screen: true, Serial2: serial2})
 	grub := expect(t, v, "liken-grub: booting slot A (trial 0)", 180*time.Second)
 	expect(t, v, "mounted root image from slot /dev/vda2", 120*time.Second)
 	system := expect(t, v, "liken-init: system stage", 120*time.Second)
 	expect(t, v, "liken-init: state partition /dev/vda5 mounted on /var", 60*time.Second)
 	expect(t, v, "liken-init: AppArmor off", 10*time.Second)
+	if line := consoleLine(v.Console(), "liken-init: watchdog armed, "); !strings.HasSuffix(line, ", i6300ESB timer") {
+		t.Errorf("the watchdog init armed on a machine with an i6300ESB card: %q", line)
+	}
 	expect(t, v, "liken-init: server layer unpacked", 60*time.Second)
 	expect(t, v, "liken-init: this is Machine server-1 (server, found by the name bound at install)", 60*time.Second)
 	k3s := expect(t, v, "liken-init: started k3s (pid", 60*time.Second)
@@ -310,6 +349,7 @@ func TestInstallAndBootSlotA(t *testing.T) {
 	if clean, why, err := disk.Ext4Clean(d, parts[disk.State].Offset); err != nil || !clean {
 		t.Errorf("after the shutdown the state file system is not clean: %s %v", why, err)
 	}
+	consoles(t, v.Console(), serial2, debugfs(t, d, parts[disk.State], "cat /log/kernel.log"))
 	report.Line("clean shutdown (TCG): %s", shutdownLine(v.Console()))
 	report.Line("UEFI boot of an installed disk of 4096-byte sectors (OVMF + GRUB + kernel + init, TCG, wall clock from QEMU start): GRUB %s, system stage %s, init started k3s %s, clean power-off %s; kernel time to k3s start: %s; install onto a 4096-byte-sector loop device %s",
 		grub.Round(100*time.Millisecond), system.Round(100*time.Millisecond), k3s.Round(100*time.Millisecond), off.Round(100*time.Millisecond), kernelTime(v.Console(), "liken-init: started k3s"), took.Round(100*time.Millisecond))
@@ -372,9 +412,14 @@ func TestNoMachineMatchesTheHardware(t *testing.T) {
 	// Besides its virtio NIC, an Intel 82574L (e1000e), whose driver the image carries but
 	// loads only for a device present (issue 29, coldplug): its MAC is among those init
 	// looked for a Machine by only if coldplug loaded its driver, as no spec names it.
+	// Its watchdog is the chipset's TCO timer (no i6300ESB card), set to reset the machine
+	// as on a real Intel board: the one init arms is iTCO_wdt, not softdog.
 	v2 := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: d2}}, NICs: []string{"52:54:00:aa:bb:cc"},
-		Devices: []string{"e1000e,mac=52:54:00:aa:bb:dd"}})
+		Devices: []string{"e1000e,mac=52:54:00:aa:bb:dd"}, Watchdog: "tco"})
 	expect(t, v2, "no Machine matches this hardware (MACs 52:54:00:aa:bb:cc, 52:54:00:aa:bb:dd", 180*time.Second)
+	if line := consoleLine(v2.Console(), "liken-init: watchdog armed, "); !strings.HasSuffix(line, ", iTCO_wdt") {
+		t.Errorf("the watchdog init armed on a Q35 machine with its TCO timer: %q; want iTCO_wdt", line)
+	}
 	if line := consoleLine(v2.Console(), "liken-init: coldplug: loaded e1000e for "); !strings.Contains(line, "pci:v00008086d000010D3") {
 		t.Errorf("coldplug did not say it loaded e1000e for the 82574L (pci:v00008086d000010D3...): %q", line)
 	}

@@ -46,6 +46,7 @@ func (h Host) Read() *v1alpha1.Hardware {
 		NICs:        h.nics(),
 		PCIDevices:  h.pci(),
 		Modules:     h.modules(),
+		Watchdogs:   h.watchdogs(),
 	}
 	return hw
 }
@@ -227,6 +228,26 @@ func (h Host) modules() []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// watchdogs are /sys/class/watchdog's devices, watchdog0 (/dev/watchdog) first.
+func (h Host) watchdogs() []v1alpha1.WatchdogInfo {
+	var out []v1alpha1.WatchdogInfo
+	for _, name := range h.list("class/watchdog") {
+		dir := "class/watchdog/" + name
+		w := v1alpha1.WatchdogInfo{Name: name, Identity: h.read(dir + "/identity"), Active: h.read(dir+"/state") == "active"}
+		if n, err := strconv.Atoi(h.read(dir + "/timeout")); err == nil {
+			w.TimeoutSeconds = int32(n)
+		}
+		out = append(out, w)
+	}
+	// watchdog10 after watchdog9: the kernel numbers them in the order they registered.
+	sort.SliceStable(out, func(i, j int) bool {
+		a, _ := strconv.Atoi(strings.TrimPrefix(out[i].Name, "watchdog"))
+		b, _ := strconv.Atoi(strings.TrimPrefix(out[j].Name, "watchdog"))
+		return a < b
+	})
 	return out
 }
 

@@ -58,6 +58,14 @@ func TestReadFakeTree(t *testing.T) {
 		"bus/pci/devices/0000:00:04.0/vendor": "0x8086\n",
 		"bus/pci/devices/0000:00:04.0/device": "0x25ab\n",
 		"bus/pci/devices/0000:00:04.0/class":  "0x088000\n",
+		"class/watchdog/watchdog0/identity":   "i6300ESB timer\n",
+		"class/watchdog/watchdog0/state":      "active\n",
+		"class/watchdog/watchdog0/timeout":    "60\n",
+		"class/watchdog/watchdog1/identity":   "Software Watchdog\n",
+		"class/watchdog/watchdog1/state":      "inactive\n",
+		"class/watchdog/watchdog1/timeout":    "60\n",
+		"class/watchdog/watchdog10/identity":  "iTCO_wdt\n",
+		"class/watchdog/watchdog10/state":     "inactive\n",
 	}, map[string]string{
 		"class/net/eth0/device/driver":        "../../../bus/virtio/drivers/virtio_net",
 		"bus/pci/devices/0000:00:03.0/driver": "../../../bus/pci/drivers/virtio-pci",
@@ -82,6 +90,11 @@ func TestReadFakeTree(t *testing.T) {
 			{Address: "0000:00:04.0", Vendor: "8086", Device: "25ab", Class: "088000"},
 		},
 		Modules: []string{"br_netfilter", "virtio_net"},
+		Watchdogs: []v1alpha1.WatchdogInfo{
+			{Name: "watchdog0", Identity: "i6300ESB timer", Active: true, TimeoutSeconds: 60},
+			{Name: "watchdog1", Identity: "Software Watchdog", TimeoutSeconds: 60},
+			{Name: "watchdog10", Identity: "iTCO_wdt"},
+		},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("inventory (-want +got):\n%s", d)

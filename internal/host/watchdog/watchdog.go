@@ -5,18 +5,23 @@
 package watchdog
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"liken.dev/liken/api/v1alpha1"
 )
 
 // ioctls and flags (linux/watchdog.h).
 const (
+	wdiocGetSupport    = 0x80285700 // struct watchdog_info: options, firmware version, identity[32]
 	wdiocGetBootStatus = 0x80045702
 	wdiocKeepalive     = 0x80045705
 	wdiocSetTimeout    = 0xC0045706
@@ -36,6 +41,9 @@ type Dog struct {
 	Reset bool
 	// Note says what differed from the request (a timeout the driver would not take).
 	Note string
+	// Identity is the driver's name for the watchdog ("i6300ESB timer", "iTCO_wdt",
+	// "Software Watchdog"): whether a hang resets the board or only a kernel still running.
+	Identity string
 
 	fed   atomic.Bool
 	until atomic.Pointer[time.Time] // pings stop after this (monotonic); nil: no deadline
@@ -52,6 +60,13 @@ func Arm(path string, want time.Duration) (*Dog, error) {
 		return nil, err
 	}
 	d := &Dog{f: f, done: make(chan struct{})}
+	var info struct {
+		options, firmware uint32
+		identity          [32]byte
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocGetSupport, uintptr(unsafe.Pointer(&info))); e == 0 {
+		d.Identity = Identity(info.identity[:])
+	}
 	var status int32
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), wdiocGetBootStatus, uintptr(unsafe.Pointer(&status))); e == 0 {
 		d.Reset = status&wdiofCardReset != 0
@@ -68,6 +83,18 @@ func Arm(path string, want time.Duration) (*Dog, error) {
 	go d.ping(interval(d.Timeout))
 	return d, nil
 }
+
+// Identity is a driver's identity as the kernel gives it (NUL-padded, at most 32 bytes).
+func Identity(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Software says whether identity is the kernel's softdog, which resets the machine only
+// while the kernel still runs its timers: no protection from a kernel that hangs.
+func Software(identity string) bool { return identity == v1alpha1.SoftwareWatchdog }
 
 // interval pings four times per timeout; an unknown timeout is pinged every second, which
 // no driver's timeout is shorter than.
