@@ -64,6 +64,7 @@ var FieldClasses = []FieldClass{
 	{Path: "machine.spec.version", Class: Reboot, Why: "a new release is written to the inactive slot and booted as a trial"},
 	{Path: "machine.spec.retryFailedDigest", Class: Live, Why: "lets the upgrade logic try a failed digest once more"},
 	{Path: "machine.spec.reboot", Class: Live, Why: "an operator's approval or request, acted on by the reboot logic"},
+	{Path: "machine.spec.etcdRestore", Class: Reboot, Why: "etcd is restored before k3s starts, at the next boot (k3s --cluster-reset)"},
 }
 
 // ClassOf returns the class of the field at path ("machine.spec.network.interfaces", say):

@@ -16,6 +16,9 @@ type MachineStatus struct {
 	// +optional
 	AppliedClusterGeneration int64 `json:"appliedClusterGeneration,omitempty"`
 
+	// EtcdRestore is this server's last restore of etcd from a snapshot (spec.etcdRestore).
+	// +optional
+	EtcdRestore *EtcdRestoreStatus `json:"etcdRestore,omitempty"`
 	// Hardware is what the machine found at boot.
 	// +optional
 	Hardware *Hardware `json:"hardware,omitempty"`
@@ -189,6 +192,20 @@ type Hardware struct {
 	// +listType=map
 	// +listMapKey=name
 	Watchdogs []WatchdogInfo `json:"watchdogs,omitempty"`
+}
+
+// EtcdRestoreStatus is the last restore of a server's etcd from a snapshot
+// (spec.etcdRestore).
+type EtcdRestoreStatus struct {
+	// Snapshot and Request are the spec's that asked for it.
+	Snapshot string `json:"snapshot"`
+	// +optional
+	Request string `json:"request,omitempty"`
+	// At is when the boot restored it, or failed to.
+	At metav1.Time `json:"at"`
+	// Error is why it failed; k3s then started on etcd's data as it was.
+	// +optional
+	Error string `json:"error,omitempty"`
 }
 
 // SoftwareWatchdog is softdog's identity (drivers/watchdog/softdog.c): the kernel's own

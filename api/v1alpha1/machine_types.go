@@ -44,6 +44,7 @@ const (
 
 // MachineSpec is what operators declare for one machine.
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.etcdRestore) || self.role == 'server'",message="spec.etcdRestore is for servers: an agent has no etcd"
 // +kubebuilder:validation:XValidation:rule="has(self.install) == has(oldSelf.install)",message="spec.install is immutable: it records the disk the machine was installed on"
 // +kubebuilder:validation:XValidation:rule="!has(self.install) || !has(self.disks) || self.disks.all(d, d.device != self.install.disk)",message="spec.disks must not list the install disk: liken owns its layout"
 type MachineSpec struct {
@@ -138,6 +139,32 @@ type MachineSpec struct {
 	// it: a machine's own credentials cannot.
 	// +optional
 	Reboot *RebootControl `json:"reboot,omitempty"`
+
+	// EtcdRestore restores this server's etcd from one of its snapshots at its next boot,
+	// once, as k3s's --cluster-reset --cluster-reset-restore-path does: the way back from a
+	// lost quorum or a cluster's bad write. Everything written to the cluster after the
+	// snapshot is lost, this field among it: the restored Machine has none. The other servers
+	// then rejoin with their etcd data removed (docs/reboots.md, "A way back from a lost
+	// quorum"). Servers only.
+	// +optional
+	EtcdRestore *EtcdRestore `json:"etcdRestore,omitempty"`
+}
+
+// EtcdRestore names the snapshot a server's etcd is restored from.
+type EtcdRestore struct {
+	// Snapshot is the snapshot's file name in k3s's snapshot directory on this server
+	// (server/db/snapshots), as status.etcdSnapshot or liken status name it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$')",message="snapshot is a file name in k3s's snapshot directory: letters, digits, '.', '_' and '-'"
+	Snapshot string `json:"snapshot"`
+	// Request tells one restore from another: a machine restores once for a snapshot and
+	// request (status.etcdRestore says it did), so restoring the same snapshot again takes
+	// a new request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Request string `json:"request,omitempty"`
 }
 
 // MachineMatch identifies a machine's hardware.

@@ -145,7 +145,11 @@ type Agent struct {
 	jobRetryAt     time.Time
 	jobRetryDigest string
 	jobRetrySource channelSource
-	jobLastErr     string
+	// etcdRestore is this server's last restore of etcd from a snapshot, as init recorded
+	// it (read once: etcdRestoreRead).
+	etcdRestore     *v1alpha1.EtcdRestoreStatus
+	etcdRestoreRead bool
+	jobLastErr      string
 	// jobRefused is the last slot job's refusal of a release it could not trust (not
 	// signed by the channel, or bytes other than the pin's), reported in Degraded until a
 	// job for that digest succeeds.

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/authority"
 	"liken.dev/liken/internal/host/k3s"
+	"liken.dev/liken/internal/state"
 )
 
 // TestServerSnapshotsBeforeItsDrain (issue 28 item 4), with the real coordinator and API
@@ -104,4 +107,26 @@ func TestServerSnapshotsBeforeItsDrain(t *testing.T) {
 		return seen["EtcdSnapshotFailed"] >= 1 && seen["EtcdSnapshotTaken"] == 1
 	})
 	es1.stop()
+}
+
+// TestStatusSaysTheLastEtcdRestore: the restore init recorded before the agent started (a
+// failed one, here) is the Machine's status.etcdRestore.
+func TestStatusSaysTheLastEtcdRestore(t *testing.T) {
+	f := setup(t, map[string]v1alpha1.Role{"er1": v1alpha1.RoleServer})
+	boot := f.bootedOnClusterRelease(t)
+	er1 := newSim(t, "er1", v1alpha1.RoleServer)
+	er1.bootCtl = boot
+	at := metav1.NewTime(time.Unix(1796700000, 0).UTC())
+	rec := v1alpha1.EtcdRestoreStatus{Snapshot: "liken-er1-1796600000", Request: "1", At: at, Error: "no snapshot liken-er1-1796600000 on this server"}
+	dir := filepath.Join(er1.dir, "state")
+	os.MkdirAll(dir, 0o700)
+	if err := state.SaveEtcdRestore(dir, rec); err != nil {
+		t.Fatal(err)
+	}
+	er1.boot(t, f)
+	er1.start(t)
+	f.waitFor(t, "er1", "status.etcdRestore says the failed restore", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
+		r := m.Status.EtcdRestore
+		return r != nil && r.Snapshot == rec.Snapshot && r.Request == "1" && r.At.Equal(&at) && r.Error == rec.Error
+	})
 }

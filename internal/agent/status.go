@@ -12,6 +12,7 @@ import (
 
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/change"
+	"liken.dev/liken/internal/state"
 )
 
 // status computes the Machine's next status from what this pass did.
@@ -45,6 +46,18 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	}
 	if out.etcdSnapshot != nil {
 		s.EtcdSnapshot = out.etcdSnapshot.DeepCopy()
+	}
+	if !a.etcdRestoreRead {
+		// Init wrote it before the agent started (a restore runs before k3s): read once.
+		a.etcdRestoreRead = true
+		r, err := state.LoadEtcdRestore(a.cfg.State.Dir)
+		if err != nil {
+			a.log.Error("reading the last etcd restore", "err", err)
+		}
+		a.etcdRestore = r
+	}
+	if a.etcdRestore != nil {
+		s.EtcdRestore = a.etcdRestore.DeepCopy()
 	}
 	if out.rebooting {
 		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"

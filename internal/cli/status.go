@@ -64,6 +64,8 @@ type machineState struct {
 	EtcdSnapshot *v1alpha1.EtcdSnapshotStatus `json:"etcdSnapshot,omitempty"`
 	// Watchdog is the identity of the watchdog the machine arms (status.hardware.watchdogs[0]).
 	Watchdog string `json:"watchdog,omitempty"`
+	// EtcdRestore is a server's last restore of etcd from a snapshot (status.etcdRestore).
+	EtcdRestore *v1alpha1.EtcdRestoreStatus `json:"etcdRestore,omitempty"`
 }
 
 // statusFlags are status's output options beyond -o json|yaml, as kubectl users know them.
@@ -292,6 +294,16 @@ func summary(w io.Writer, f fleet) {
 		}
 	}
 	for _, r := range f.Machines {
+		if e := r.EtcdRestore; e != nil {
+			at := e.At.UTC().Format(time.RFC3339)
+			if e.Error != "" {
+				fmt.Fprintf(w, "etcd restore: %s: from %s FAILED at %s (k3s started on etcd's data as it was): %s\n", r.Name, e.Snapshot, at, e.Error)
+			} else {
+				fmt.Fprintf(w, "etcd restore: %s: restored from %s at %s; what the cluster wrote after that snapshot is gone\n", r.Name, e.Snapshot, at)
+			}
+		}
+	}
+	for _, r := range f.Machines {
 		if r.Watchdog == v1alpha1.SoftwareWatchdog {
 			fmt.Fprintf(w, "watchdog: %s: softdog only, no hardware watchdog liken drives: a hang of the kernel itself will not reset it\n", r.Name)
 		}
@@ -345,6 +357,7 @@ func row(m *v1alpha1.Machine) machineState {
 		}
 	}
 	r.EtcdSnapshot = s.EtcdSnapshot
+	r.EtcdRestore = s.EtcdRestore
 	// The node's address: the one k3s is given (spec.network.nodeIP), else the first
 	// address the machine reports on a link.
 	if m.Spec.Network != nil && m.Spec.Network.NodeIP != "" {

@@ -81,6 +81,11 @@ func (s *system) useStaged() {
 	}
 	s.machine.Spec.Network, s.machine.Spec.Disks = s.bootSettings(st)
 	s.machine.Spec.KernelModules = st.Staged.Machine.KernelModules
+	if r := st.Staged.Machine.EtcdRestore; r != nil {
+		// The agent's, newer than the layer's; the layer's stands when the agent staged
+		// none (a lost quorum: the API was down, and the layer carries the request).
+		s.machine.Spec.EtcdRestore = r
+	}
 	s.cluster.Spec = clusterAtBoot(s.cluster.Spec, st)
 	fmt.Fprintln(s.log, "liken-init: network, kernel modules, disks and the Cluster's settings from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.
