@@ -108,9 +108,12 @@ set prefix=($root)/` + ConfigDir + `
 configfile $prefix/grub.cfg
 `
 
-// modules GRUB needs for liken's configuration.
+// modules GRUB needs for liken's configuration. efi_gop and efi_uga are the firmware's
+// framebuffer: without a video driver GRUB boots Linux "in blind mode", giving it no
+// framebuffer, and a UEFI machine's screen (which has no text mode) shows nothing after GRUB.
 var modules = []string{"part_gpt", "fat", "normal", "linux", "loadenv", "test", "echo", "search",
-	"search_label", "configfile", "serial", "terminal", "gzio", "regexp", "sleep", "reboot", "halt"}
+	"search_label", "configfile", "serial", "terminal", "gzio", "regexp", "sleep", "reboot", "halt",
+	"efi_gop", "efi_uga"}
 
 // BuildEFI makes GRUB's EFI image with grub-mkimage (Debian's grub-efi-amd64-bin); its PE
 // timestamp is fixed, so the image is reproducible.

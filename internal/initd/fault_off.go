@@ -11,3 +11,6 @@ func testHelperMain() bool { return false }
 
 // startTestProcesses: a normal release starts no test process.
 func (s *system) startTestProcesses() {}
+
+// showScreen: a normal release prints nothing of its screen.
+func (s *system) showScreen() {}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,4 +71,32 @@ func (s *system) injectTrialFault() {
 	default:
 		fmt.Fprintf(s.log, "liken-init: unknown test fault %q ignored\n", f)
 	}
+}
+
+// showScreen prints, under liken.test.screen, the text the screen (VT 1) shows, read from
+// /dev/vcsa1 (its size and cursor, then a character and an attribute per cell), one
+// "liken-test: screen: " line per non-empty row: the VM tests cannot read a framebuffer, so
+// the screen says what it shows on the serial port.
+func (s *system) showScreen() {
+	if s.cmd["liken.test.screen"] == "" {
+		return
+	}
+	b, err := os.ReadFile("/dev/vcsa1")
+	if err != nil || len(b) < 4 {
+		fmt.Fprintf(s.log, "liken-test: screen: unreadable (%v)\n", err)
+		return
+	}
+	rows, cols := int(b[0]), int(b[1])
+	cells := b[4:]
+	var out strings.Builder
+	for r := 0; r < rows && (r+1)*cols*2 <= len(cells); r++ {
+		line := make([]byte, cols)
+		for c := 0; c < cols; c++ {
+			line[c] = cells[(r*cols+c)*2]
+		}
+		if t := strings.TrimRight(string(line), " \x00"); t != "" {
+			fmt.Fprintf(&out, "liken-test: screen: %s\n", t)
+		}
+	}
+	fmt.Fprintf(s.log, "liken-test: screen: %dx%d, /dev/vcsa1\n%s", cols, rows, out.String())
 }

@@ -587,6 +587,7 @@ func (s *system) run() error {
 	cancel()
 	s.watchdog.Disarm()
 	fmt.Fprintln(s.log, "liken-init: shutdown complete")
+	s.showScreen() // VM tests only (liken.test.screen): what the screen shows now
 	return unix.Reboot(action)
 }
 

@@ -58,8 +58,6 @@ type Machine struct {
 	// shows it. Without it the machine is headless (-vga none), as most servers run, and no
 	// boot pays for drawing text under emulation.
 	Screen bool
-	// Serial2, when set, is a file that receives the second serial port (COM2, ttyS1).
-	Serial2 string
 	// NoCOM1 leaves the first serial port (COM1, 0x3f8) out, and puts the console on the
 	// second (COM2, 0x2f8) instead: a machine on which GRUB finds no com0.
 	NoCOM1 bool
@@ -110,9 +108,6 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-serial", "none", "-chardev", "stdio,id=console", "-device", "isa-serial,chardev=console,iobase=0x2f8,irq=3")
 	} else {
 		args = append(args, "-serial", "stdio")
-		if m.Serial2 != "" {
-			args = append(args, "-serial", "file:"+m.Serial2)
-		}
 	}
 	if m.Screen {
 		args = append(args, "-vga", "std")

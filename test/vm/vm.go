@@ -57,11 +57,9 @@ type Options struct {
 	// Devices are more emulated devices, as QEMU's -device values ("e1000e,mac=..."): a
 	// NIC without a network behind it is there for its driver (coldplug), not for traffic.
 	Devices []string
-	// Screen, Serial2, NoCOM1 and Watchdog are qemu.Machine's: a display adapter, a file
-	// for the second serial port, no first serial port (the console on the second), the
-	// chipset's TCO watchdog instead of an i6300ESB card.
+	// Screen, NoCOM1 and Watchdog are qemu.Machine's: a display adapter, no first serial
+	// port (the console on the second), the chipset's TCO watchdog instead of an i6300ESB card.
 	Screen   bool
-	Serial2  string
 	NoCOM1   bool
 	Watchdog string
 }
@@ -149,7 +147,7 @@ func Boot(opts Options) (*VM, error) {
 	args, err := qemu.Machine{UEFI: opts.UEFI, VarsDir: opts.VarsDir, Kernel: opts.Kernel, Initrd: opts.Initrd, Append: opts.Append,
 		Disks: opts.Disks, MemoryMiB: opts.MemoryMiB, CPUs: opts.Speed.CPUs, Icount: opts.Speed.Icount, AllowReboot: opts.AllowReboot,
 		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC, RTCBase: opts.RTCBase,
-		Screen: opts.Screen, Serial2: opts.Serial2, NoCOM1: opts.NoCOM1, Watchdog: opts.Watchdog}.Args()
+		Screen: opts.Screen, NoCOM1: opts.NoCOM1, Watchdog: opts.Watchdog}.Args()
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ActiveFile lists the kernel's consoles, such as "tty1 ttyS0"; the last is the one
+// ActiveFile lists the kernel's consoles, such as "tty0 ttyS0"; the last is the one
 // /dev/console is (Documentation/ABI/testing/sysfs-tty, "active").
 const ActiveFile = "/sys/class/tty/console/active"
 
