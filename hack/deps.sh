@@ -2,7 +2,7 @@
 # Installs the Debian packages liken's build and tests need, when they are missing.
 # Go itself and its modules come from the machine's Go and the Go module proxy.
 set -euo pipefail
-packages=(ca-certificates git make util-linux dpkg kmod cpio squashfs-tools qemu-system-x86 ovmf grub-efi-amd64-bin grub2-common mtools dosfstools gdisk e2fsprogs iptables iproute2 gcc libc6-dev libseccomp-dev pkg-config)
+packages=(ca-certificates git make util-linux dpkg kmod cpio squashfs-tools qemu-system-x86 ovmf grub-efi-amd64-bin grub2-common mtools dosfstools xorriso gdisk e2fsprogs iptables iproute2 gcc libc6-dev libseccomp-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

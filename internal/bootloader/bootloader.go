@@ -118,11 +118,17 @@ var modules = []string{"part_gpt", "fat", "normal", "linux", "loadenv", "test", 
 // BuildEFI makes GRUB's EFI image with grub-mkimage (Debian's grub-efi-amd64-bin); its PE
 // timestamp is fixed, so the image is reproducible.
 func BuildEFI(out, workDir string) error {
+	return BuildEFIWith(out, workDir, embedded, "/"+ConfigDir)
+}
+
+// BuildEFIWith is BuildEFI with another embedded configuration and prefix, and more modules
+// (an installer's GRUB reads ISO 9660 and mounts a slot image as a loop device).
+func BuildEFIWith(out, workDir, embeddedConfig, prefix string, more ...string) error {
 	cfg := workDir + "/grub-embedded.cfg"
-	if err := writeFile(cfg, []byte(embedded)); err != nil {
+	if err := writeFile(cfg, []byte(embeddedConfig)); err != nil {
 		return err
 	}
-	args := append([]string{"-O", "x86_64-efi", "-o", out, "-c", cfg, "-p", "/" + ConfigDir}, modules...)
+	args := append(append([]string{"-O", "x86_64-efi", "-o", out, "-c", cfg, "-p", prefix}, modules...), more...)
 	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("grub-mkimage: %w: %s", err, b)
 	}

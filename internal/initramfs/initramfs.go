@@ -103,6 +103,10 @@ func initramfsStage(log *console.Writer) error {
 	}
 	wd := armTrialWatchdog(log, cmd) // the watchdog driver is one of the boot modules
 	injectFault(log, cmd, wd)        // VM tests only: liken.test.fail=initramfs-hang
+	if cmd["liken.install"] != "" {
+		// The installer image's GRUB boots the release so (internal/installer).
+		return errors.New("this is liken's installer image: its install mode is not built yet (issue 29); nothing was written to any disk")
+	}
 	root := cmd["liken.root"]
 	if root == "" {
 		return errors.New("no liken.root= on the kernel command line: the boot loader names the slot to boot")

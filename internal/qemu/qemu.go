@@ -61,6 +61,8 @@ type Machine struct {
 	// NoCOM1 leaves the first serial port (COM1, 0x3f8) out, and puts the console on the
 	// second (COM2, 0x2f8) instead: a machine on which GRUB finds no com0.
 	NoCOM1 bool
+	// CDROM, when set, is an ISO image in the machine's CD drive (SATA, as on Q35 boards).
+	CDROM string
 	// Watchdog is the hardware watchdog: "" is an i6300ESB card; "tco" is the TCO timer
 	// of the Q35 chipset's LPC bridge (ICH9), which iTCO_wdt drives, set to reset the
 	// machine (QEMU's default straps it not to), and no card.
@@ -108,6 +110,9 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-serial", "none", "-chardev", "stdio,id=console", "-device", "isa-serial,chardev=console,iobase=0x2f8,irq=3")
 	} else {
 		args = append(args, "-serial", "stdio")
+	}
+	if m.CDROM != "" {
+		args = append(args, "-drive", "file="+m.CDROM+",media=cdrom,readonly=on,format=raw")
 	}
 	if m.Screen {
 		args = append(args, "-vga", "std")

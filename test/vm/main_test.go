@@ -36,6 +36,8 @@ var expectedSeconds = map[string]int{
 	"TestReleaseBuildReproducible":          31,
 	"TestNetworkPortsInVM":                  17,
 	"TestGRUBReadsEveryPowerCut":            13,
+	"TestGRUBFindsNoSerialPort":             13,
+	"TestInstallerBootsFromCD":              40,
 	"TestBootToSystemStage":                 9,
 	"TestWaitEndsWhenAMachineStops":         6,
 }

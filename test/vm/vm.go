@@ -62,6 +62,8 @@ type Options struct {
 	Screen   bool
 	NoCOM1   bool
 	Watchdog string
+	// CDROM is an ISO image in the machine's CD drive.
+	CDROM string
 }
 
 // Speed is how fast an emulated machine runs, relative to the host and to the test's own
@@ -147,7 +149,7 @@ func Boot(opts Options) (*VM, error) {
 	args, err := qemu.Machine{UEFI: opts.UEFI, VarsDir: opts.VarsDir, Kernel: opts.Kernel, Initrd: opts.Initrd, Append: opts.Append,
 		Disks: opts.Disks, MemoryMiB: opts.MemoryMiB, CPUs: opts.Speed.CPUs, Icount: opts.Speed.Icount, AllowReboot: opts.AllowReboot,
 		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC, RTCBase: opts.RTCBase,
-		Screen: opts.Screen, NoCOM1: opts.NoCOM1, Watchdog: opts.Watchdog}.Args()
+		Screen: opts.Screen, NoCOM1: opts.NoCOM1, Watchdog: opts.Watchdog, CDROM: opts.CDROM}.Args()
 	if err != nil {
 		return nil, err
 	}
