@@ -15,8 +15,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"liken.dev/liken/api/v1alpha1"
 )
 
 // ioctls and flags (linux/watchdog.h).
@@ -94,7 +92,12 @@ func Identity(b []byte) string {
 
 // Software says whether identity is the kernel's softdog, which resets the machine only
 // while the kernel still runs its timers: no protection from a kernel that hangs.
-func Software(identity string) bool { return identity == v1alpha1.SoftwareWatchdog }
+func Software(identity string) bool { return identity == SoftdogIdentity }
+
+// SoftdogIdentity is softdog's identity (drivers/watchdog/softdog.c), as the API's
+// v1alpha1.SoftwareWatchdog says it; kept here so that the initramfs's init does not link
+// the API's packages (megabytes, under emulation seconds of every boot).
+const SoftdogIdentity = "Software Watchdog"
 
 // interval pings four times per timeout; an unknown timeout is pinged every second, which
 // no driver's timeout is shorter than.

@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"liken.dev/liken/api/v1alpha1"
 	"os"
 	"path/filepath"
 	"testing"
@@ -60,4 +61,11 @@ func TestFeeding(t *testing.T) {
 	nilDog.PingUntil(now)
 	nilDog.HandOver()
 	nilDog.Disarm()
+}
+
+// TestSoftdogIdentity: the watchdog package and the API name softdog alike.
+func TestSoftdogIdentity(t *testing.T) {
+	if SoftdogIdentity != v1alpha1.SoftwareWatchdog || !Software(v1alpha1.SoftwareWatchdog) {
+		t.Errorf("softdog is %q here and %q in the API", SoftdogIdentity, v1alpha1.SoftwareWatchdog)
+	}
 }
