@@ -27,6 +27,7 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/layer"
+	"liken.dev/liken/internal/release"
 )
 
 // Paths in the image.
@@ -243,31 +244,26 @@ func iso(tree, out string, epoch time.Time) error {
 	return nil
 }
 
-// copyFile copies src to dst, checking its size and SHA-256 when given.
+// copyFile copies src to dst (release.CopyFileSum: synced, hashed as it is read), checking
+// it is the file its release document names when sha is given.
 func copyFile(src, dst, sha string, size int64) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	out, err := os.Create(dst)
+	got, err := release.CopyFileSum(src, dst)
 	if err != nil {
 		return err
 	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
+	if sha == "" {
+		return nil
 	}
+	st, err := os.Stat(dst)
 	if err != nil {
-		return fmt.Errorf("copying %s: %w", filepath.Base(src), err)
+		return err
 	}
-	if sha != "" && (hex.EncodeToString(h.Sum(nil)) != sha || n != size) {
-		return fmt.Errorf("%s is not the file its release document names (%d bytes, sha256:%x; the document says %d bytes, sha256:%s)",
-			filepath.Base(src), n, h.Sum(nil), size, sha)
+	if got != sha || st.Size() != size {
+		return fmt.Errorf("%s is not the file its release document names (%d bytes, sha256:%s; the document says %d bytes, sha256:%s)",
+			filepath.Base(src), st.Size(), got, size, sha)
 	}
 	return nil
 }

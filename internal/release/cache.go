@@ -138,7 +138,7 @@ func (c *Cache) BuildCached(opts BuildOptions) (digest string, doc *apirelease.D
 	}
 	for _, n := range names {
 		os.Remove(filepath.Join(opts.Out, n))
-		if e.Files[n], err = copyFileSum(filepath.Join(tmp, n), filepath.Join(opts.Out, n)); err != nil {
+		if e.Files[n], err = CopyFileSum(filepath.Join(tmp, n), filepath.Join(opts.Out, n)); err != nil {
 			return "", nil, false, fmt.Errorf("copying the release just built: %w", err)
 		}
 	}
@@ -189,7 +189,7 @@ func (c *Cache) copyOut(entry, out string) (string, *apirelease.Document, error)
 		}
 		os.Remove(filepath.Join(out, n))
 		copied = append(copied, n)
-		got, err := copyFileSum(filepath.Join(entry, n), filepath.Join(out, n))
+		got, err := CopyFileSum(filepath.Join(entry, n), filepath.Join(out, n))
 		if err != nil {
 			return fail(err)
 		}

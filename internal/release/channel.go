@@ -90,13 +90,13 @@ func checkFile(path string, f apirelease.File) error {
 }
 
 func copyFile(src, dst string) error {
-	_, err := copyFileSum(src, dst)
+	_, err := CopyFileSum(src, dst)
 	return err
 }
 
-// copyFileSum copies src to a new file dst, synced, and returns the SHA-256 of what it
+// CopyFileSum copies src to a new file dst, synced, and returns the SHA-256 of what it
 // copied, read once.
-func copyFileSum(src, dst string) (string, error) {
+func CopyFileSum(src, dst string) (string, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return "", err
