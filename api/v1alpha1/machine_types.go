@@ -188,9 +188,16 @@ type MachineMatch struct {
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.install is immutable: it records the disk the machine was installed on"
 type Install struct {
 	// Disk liken was installed on; it holds the boot partition, slots A and B, the layer
-	// and the state partition.
+	// and the state partition. The installer image installs this disk, preferably named by
+	// a stable path such as /dev/disk/by-id/...; without spec.install, the one disk that
+	// could be it.
 	// +required
 	Disk DevicePath `json:"disk"`
+	// Wipe allows the installer image to erase the install disk once, when it holds data:
+	// it must name the disk's serial and the content ID the installer shows when it refuses
+	// the disk, as a data disk's wipe does.
+	// +optional
+	Wipe *DiskWipe `json:"wipe,omitempty"`
 }
 
 // Filesystem is a filesystem liken can create.

@@ -101,7 +101,7 @@ fails.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
-	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newVersion(),
+	root.AddCommand(newValidate(), newCRDs(), newLayer(), newRelease(), newInstall(), newInstaller(), newVersion(),
 		newUpgrade(), newRollback(), newApproveReboot(), newRequestReboot(), newReleaseTurn(), newRollout(), newStatus(), newLogs(), newSupport(), newLab(), newDiff())
 	for _, p := range planned {
 		p := p

@@ -295,25 +295,9 @@ func newReleaseVerify() *cobra.Command {
 // fetcher downloads releases for the CLI, printing progress and each retry with its reason
 // on w while it retries.
 func fetcher(w io.Writer) *release.Fetcher {
-	return &release.Fetcher{Progress: progressPrinter(w), Retrying: func(r release.Retry) {
+	return &release.Fetcher{Progress: release.PrintProgress(w), Retrying: func(r release.Retry) {
 		fmt.Fprintf(w, "  %s: %v; attempt %d of %d in %s\n", r.File, r.Err, r.Attempt, r.Of, r.Wait)
 	}}
-}
-
-// progressPrinter reports download progress, a line per file every 10%.
-func progressPrinter(w io.Writer) func(release.Progress) {
-	last := map[string]int64{}
-	return func(p release.Progress) {
-		if p.Total <= 0 {
-			return
-		}
-		step := p.Done * 10 / p.Total
-		if prev, ok := last[p.File]; ok && prev == step {
-			return
-		}
-		last[p.File] = step
-		fmt.Fprintf(w, "  %s %3d%% (%d of %d bytes)\n", p.File, step*10, p.Done, p.Total)
-	}
 }
 
 func newReleaseBuild() *cobra.Command {

@@ -15,8 +15,8 @@ package disk
 
 import (
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -45,19 +45,67 @@ var DefaultLayout = Layout{ESPMiB: 64, SlotMiB: 1024, LayerMiB: 16, MinStateMiB:
 // MinSizeMiB is the smallest disk the layout fits on.
 func (l Layout) MinSizeMiB() int { return 2 + l.ESPMiB + 2*l.SlotMiB + l.LayerMiB + l.MinStateMiB }
 
-// Partition writes a new GPT on path (an image file or a block device) with the layout.
+// Partition types (UEFI 2.10, 5.3.3; the Discoverable Partitions Specification).
+var (
+	TypeESP   = MustGUID("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")
+	TypeLinux = MustGUID("0FC63DAF-8483-4772-8E79-3D69D8477DE4")
+)
+
+// Partition writes a new GPT on path (an image file or a block device) with the layout:
+// each partition aligned to 1 MiB, as partitioning tools do, the state partition taking the
+// rest. It is liken's own table writer (WriteTable), so the same code partitions a disk on
+// an operator's host and on a machine booted from the installer image, which carries no
+// partitioning tool.
 func Partition(path string, l Layout) error {
-	args := []string{"--clear",
-		fmt.Sprintf("--new=1:0:+%dM", l.ESPMiB), "--typecode=1:ef00", "--change-name=1:" + ESP,
-		fmt.Sprintf("--new=2:0:+%dM", l.SlotMiB), "--typecode=2:8300", "--change-name=2:" + SlotA,
-		fmt.Sprintf("--new=3:0:+%dM", l.SlotMiB), "--typecode=3:8300", "--change-name=3:" + SlotB,
-		fmt.Sprintf("--new=4:0:+%dM", l.LayerMiB), "--typecode=4:8300", "--change-name=4:" + Layer,
-		"--new=5:0:0", "--typecode=5:8300", "--change-name=5:" + State,
-		path}
-	if out, err := exec.Command("sgdisk", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("partitioning %s: %w: %s", path, err, out)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("partitioning %s: %w", path, err)
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("partitioning %s: %w", path, err)
+	}
+	// A new image file has no table to read its sectors from: 512. A block device says its own.
+	sector := int64(512)
+	if st, err := f.Stat(); err == nil && st.Mode()&os.ModeDevice != 0 {
+		if sector, err = SectorSize(f); err != nil {
+			return err
+		}
+	}
+	entries, err := l.entries(size, sector)
+	if err != nil {
+		return fmt.Errorf("partitioning %s: %w", path, err)
+	}
+	if err := WriteTable(f, size, sector, RandomGUID(), entries); err != nil {
+		return fmt.Errorf("partitioning %s: %w", path, err)
 	}
 	return nil
+}
+
+// entries are the layout's partitions on a disk of size bytes in sector-byte sectors.
+func (l Layout) entries(size, sector int64) ([]Entry, error) {
+	perMiB := int64(1<<20) / sector
+	entrySectors := (int64(gptEntries*gptEntrySize) + sector - 1) / sector
+	lastUsable := size/sector - 1 - entrySectors - 1
+	var out []Entry
+	next := perMiB
+	for _, p := range []struct {
+		name string
+		typ  GUID
+		mib  int
+	}{{ESP, TypeESP, l.ESPMiB}, {SlotA, TypeLinux, l.SlotMiB}, {SlotB, TypeLinux, l.SlotMiB}, {Layer, TypeLinux, l.LayerMiB}, {State, TypeLinux, 0}} {
+		last := next + int64(p.mib)*perMiB - 1
+		if p.mib == 0 {
+			last = lastUsable
+		}
+		if last > lastUsable || last < next {
+			return nil, fmt.Errorf("the disk (%d MiB) is too small for the layout (at least %d MiB)", size>>20, l.MinSizeMiB())
+		}
+		out = append(out, Entry{Type: p.typ, GUID: RandomGUID(), First: next, Last: last, Name: p.name})
+		next = last + 1
+	}
+	return out, nil
 }
 
 // Extent is where a partition lies, in bytes from the start of the disk.

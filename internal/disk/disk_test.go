@@ -25,6 +25,10 @@ func TestReadDisksOfEachSectorSize(t *testing.T) {
 				t.Fatal(err)
 			}
 			exec.Command("partx", "-u", loop).Run() // the kernel reads the new table
+			// liken's own table writer, checked by another: sgdisk finds nothing wrong.
+			if out, err := exec.Command("sgdisk", "-v", loop).CombinedOutput(); err != nil || !strings.Contains(string(out), "No problems found") {
+				t.Errorf("sgdisk -v: %v: %s", err, out)
+			}
 			viaDevice, err := Read(loop)
 			if err != nil {
 				t.Fatal(err)
@@ -32,6 +36,21 @@ func TestReadDisksOfEachSectorSize(t *testing.T) {
 			viaFile, err := Read(img)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if d := viaDevice[State]; d.Offset+d.Size < int64(layout.MinSizeMiB())<<20 {
+				t.Errorf("the state partition ends at %d: it does not take the rest of the disk", d.Offset+d.Size)
+			}
+			f, err := os.Open(loop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			tab, err := ReadTable(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tab.Entries[0].Name != ESP || tab.Entries[0].Type != TypeESP {
+				t.Errorf("partition 1 is %s of type %s, not the EFI system partition", tab.Entries[0].Name, tab.Entries[0].Type)
 			}
 			for _, label := range []string{ESP, SlotA, SlotB, Layer, State} {
 				d, f := viaDevice[label], viaFile[label]
@@ -44,6 +63,9 @@ func TestReadDisksOfEachSectorSize(t *testing.T) {
 				size := sysfsInt(t, "/sys/class/block/"+part+"/size")
 				if start*512 != d.Offset || size*512 != d.Size {
 					t.Errorf("%s: read at %d+%d, the kernel has %d+%d", label, d.Offset, d.Size, start*512, size*512)
+				}
+				if d.Offset%(1<<20) != 0 {
+					t.Errorf("%s starts at %d, not on a MiB", label, d.Offset)
 				}
 			}
 		})

@@ -111,6 +111,9 @@ func systemStage(console io.Writer, consoles []string) (*system, error) {
 		unix.Sync()
 		return s, unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	}
+	if s.cmd["liken.install"] != "" {
+		return s, s.installMode()
+	}
 	// Armed before anything that could hang: on a trial the initramfs armed it already and
 	// handed it over, and its timeout runs until init pings it.
 	s.armWatchdog()
@@ -263,9 +266,9 @@ func (s *system) pickMachine() error {
 		return err
 	}
 	s.cluster = cluster
-	m, how, err := pick(machines, localMACs(), readTrim("/sys/class/dmi/id/product_serial"), s.index.Machine)
+	m, how, err := layer.Pick(machines, LocalMACs(), readTrim("/sys/class/dmi/id/product_serial"), s.index.Machine)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w; k3s is not started", err)
 	}
 	s.machine = m
 	s.boot.setRole(m.Spec.Role) // the agent holds it against the API's Machine

@@ -103,17 +103,24 @@ func initramfsStage(log *console.Writer) error {
 	}
 	wd := armTrialWatchdog(log, cmd) // the watchdog driver is one of the boot modules
 	injectFault(log, cmd, wd)        // VM tests only: liken.test.fail=initramfs-hang
-	if cmd["liken.install"] != "" {
-		// The installer image's GRUB boots the release so (internal/installer).
-		return errors.New("this is liken's installer image: its install mode is not built yet (issue 29); nothing was written to any disk")
-	}
 	root := cmd["liken.root"]
-	if root == "" {
-		return errors.New("no liken.root= on the kernel command line: the boot loader names the slot to boot")
-	}
-	dev, err := WaitForDevice(root, 60*time.Second)
-	if err != nil {
-		return err
+	var dev string
+	var err error
+	if slot := cmd["liken.install"]; slot != "" {
+		// The installer image's GRUB booted the release's kernel from the slot image it
+		// carries (internal/installer): that image is the slot, and the booted system runs
+		// its install mode.
+		root = "the installer's " + slot
+		if dev, err = mountInstaller(log, slot); err != nil {
+			return err
+		}
+	} else {
+		if root == "" {
+			return errors.New("no liken.root= on the kernel command line: the boot loader names the slot to boot")
+		}
+		if dev, err = WaitForDevice(root, 60*time.Second); err != nil {
+			return err
+		}
 	}
 	// The slot is a FAT filesystem with the release's files; the root image inside it is
 	// attached to a loop device. Both stay mounted read-only while the system runs, so the

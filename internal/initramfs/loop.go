@@ -3,6 +3,7 @@ package initramfs
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,7 +23,7 @@ func attachLoop(file string) (string, error) {
 	dev := fmt.Sprintf("/dev/loop%d", n)
 	backing, err := os.Open(file)
 	if err != nil {
-		return "", fmt.Errorf("opening the root image: %w", err)
+		return "", fmt.Errorf("opening %s: %w", file, err)
 	}
 	defer backing.Close()
 	var lf *os.File
@@ -37,10 +38,10 @@ func attachLoop(file string) (string, error) {
 	}
 	defer lf.Close()
 	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(backing.Fd())); err != nil {
-		return "", fmt.Errorf("attaching the root image to %s: %w", dev, err)
+		return "", fmt.Errorf("attaching %s to %s: %w", file, dev, err)
 	}
 	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY}
-	copy(info.File_name[:], "rootfs.squashfs")
+	copy(info.File_name[:], filepath.Base(file))
 	if err := unix.IoctlLoopSetStatus64(int(lf.Fd()), &info); err != nil {
 		return "", fmt.Errorf("configuring %s: %w", dev, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -54,7 +55,51 @@ type Options struct {
 	TrustedRoot      string
 	InsecureUnsigned bool
 	Fetcher          *release.Fetcher
-	Log              io.Writer
+	// Tools make the file systems (HostTools when nil fields): the host's on an operator's
+	// machine, the release image's in the installer (internal/installer).
+	Tools Tools
+	Log   io.Writer
+}
+
+// Tools are the programs an install runs, each as the argv before its arguments, and how
+// files go into a FAT image.
+type Tools struct {
+	Mke2fs, MkfsFat []string
+	// PutFiles makes dirs and writes files (a path in the FAT image: a local file) into
+	// the FAT image img.
+	PutFiles func(img string, dirs []string, files map[string]string) error
+}
+
+// HostTools are the build host's: e2fsprogs, dosfstools and mtools (hack/deps.sh).
+var HostTools = Tools{Mke2fs: []string{"mke2fs"}, MkfsFat: []string{"mkfs.fat"}, PutFiles: mtoolsPut}
+
+// mtoolsPut writes into a FAT image with mtools, which needs no mount and no root.
+func mtoolsPut(img string, dirs []string, files map[string]string) error {
+	for _, d := range dirs {
+		if out, err := exec.Command("mmd", "-i", img, "::"+d).CombinedOutput(); err != nil {
+			return fmt.Errorf("mmd %s: %w: %s", d, err, out)
+		}
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if out, err := exec.Command("mcopy", "-o", "-i", img, files[name], "::"+name).CombinedOutput(); err != nil {
+			return fmt.Errorf("mcopy %s: %w: %s", name, err, out)
+		}
+	}
+	return nil
+}
+
+// run runs a tool with args, saying which failed and what it printed.
+func run(tool []string, args ...string) error {
+	cmd := exec.Command(tool[0], append(tool[1:], args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %w: %s", filepath.Base(tool[len(tool)-1]), err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // Result is what an install wrote.
@@ -100,6 +145,15 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	}
 	if o.Fetcher == nil {
 		o.Fetcher = &release.Fetcher{}
+	}
+	if o.Tools.Mke2fs == nil {
+		o.Tools.Mke2fs = HostTools.Mke2fs
+	}
+	if o.Tools.MkfsFat == nil {
+		o.Tools.MkfsFat = HostTools.MkfsFat
+	}
+	if o.Tools.PutFiles == nil {
+		o.Tools.PutFiles = HostTools.PutFiles
 	}
 	if !apirelease.ValidDigest(o.Pin) {
 		return res, fmt.Errorf("--pin %q is not a release digest ('sha256:' and 64 hex digits)", o.Pin)
@@ -158,7 +212,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	}
 	version := o.Version
 	if version == "" {
-		if version, err = lookUp(ctx, o.Fetcher, o.Channel, o.Pin); err != nil {
+		if version, err = LookUp(ctx, o.Fetcher, o.Channel, o.Pin); err != nil {
 			return res, err
 		}
 	}
@@ -233,9 +287,8 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	step("formatting the state partition (%d MiB)", st.Size>>20)
 	// 4096-byte blocks: never smaller than a disk's sectors, which a small file system's
 	// default (1024) can be.
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", "-L", disk.State, "-E", fmt.Sprintf("offset=%d", st.Offset), o.Disk, fmt.Sprintf("%dk", st.Size>>10)).CombinedOutput()
-	if err != nil {
-		return res, fmt.Errorf("mkfs.ext4: %w: %s", err, out)
+	if err := run(o.Tools.Mke2fs, "-q", "-F", "-t", "ext4", "-b", "4096", "-L", disk.State, "-E", fmt.Sprintf("offset=%d", st.Offset), o.Disk, fmt.Sprintf("%dk", st.Size>>10)); err != nil {
+		return res, err
 	}
 	f, err := os.OpenFile(o.Disk, os.O_WRONLY, 0)
 	if err != nil {
@@ -305,6 +358,12 @@ func bootArgs(layerData []byte, machine string) (string, string, *v1alpha1.Clust
 		}
 	}
 	return bootloader.JoinArgs(c.Spec.KernelArgs, margs), wanted, c, nil
+}
+
+// Trust is what an install checks its pin against (see trust), for the installer image's
+// build, which checks the release as an install would before it carries it.
+func Trust(trustedRoot string, insecureUnsigned bool, c *v1alpha1.Cluster) (root string, unsigned string, err error) {
+	return trust(Options{TrustedRoot: trustedRoot, InsecureUnsigned: insecureUnsigned}, c)
 }
 
 // trust is what an install checks its pin against: the channel root given, else the layer's
@@ -408,8 +467,8 @@ func inUse(path string, st os.FileInfo) string {
 	return ""
 }
 
-// lookUp finds the version the channel's index gives for a pin.
-func lookUp(ctx context.Context, f *release.Fetcher, channel, pin string) (string, error) {
+// LookUp finds the version the channel's index gives for a pin.
+func LookUp(ctx context.Context, f *release.Fetcher, channel, pin string) (string, error) {
 	b, err := f.Raw(ctx, channel, apirelease.IndexName, 16<<20)
 	if err != nil {
 		return "", fmt.Errorf("finding the release pinned as %s: %w (or give --version)", pin, err)
@@ -439,11 +498,11 @@ func espFormat(ext disk.Extent, img string) []string {
 	return []string{"-F", fat, "-S", fmt.Sprint(sector), "-s", "1", "-n", bootloader.ESPLabel, "-C", img, fmt.Sprint(ext.Size >> 10)}
 }
 
-// writeESP makes the FAT ESP image with mtools and copies it into its partition.
+// writeESP makes the FAT ESP image (o.Tools) and copies it into its partition.
 func writeESP(work, efi string, o Options, specArgs string, ext disk.Extent, slots bootloader.Slots) error {
 	img := filepath.Join(work, "esp.img")
-	if out, err := exec.Command("mkfs.vfat", espFormat(ext, img)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.vfat: %w: %s", err, out)
+	if err := run(o.Tools.MkfsFat, espFormat(ext, img)...); err != nil {
+		return err
 	}
 	env1, env2, err := bootloader.EnvCopies(bootloader.Env{bootloader.EnvDefaultSlot: bootloader.SlotA, bootloader.EnvTrialSlot: "",
 		bootloader.EnvInstallArgs: o.KernelArgs, bootloader.EnvKernelArgs: specArgs, bootloader.EnvTrialArgs: ""})
@@ -454,24 +513,17 @@ func writeESP(work, efi string, o Options, specArgs string, ext disk.Extent, slo
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env1, bootloader.EnvFile2: env2,
-		bootloader.SlotsFile: slots1, bootloader.SlotsFile2: slots2}
-	for _, d := range []string{"::EFI", "::EFI/BOOT", "::" + bootloader.ConfigDir} {
-		if out, err := exec.Command("mmd", "-i", img, d).CombinedOutput(); err != nil {
-			return fmt.Errorf("mmd %s: %w: %s", d, err, out)
-		}
-	}
-	if out, err := exec.Command("mcopy", "-i", img, efi, "::"+bootloader.EFIBinary).CombinedOutput(); err != nil {
-		return fmt.Errorf("mcopy: %w: %s", err, out)
-	}
-	for name, data := range files {
+	files := map[string]string{bootloader.EFIBinary: efi}
+	for name, data := range map[string][]byte{bootloader.Config: []byte(bootloader.ConfigText), bootloader.EnvFile: env1, bootloader.EnvFile2: env2,
+		bootloader.SlotsFile: slots1, bootloader.SlotsFile2: slots2} {
 		p := filepath.Join(work, filepath.Base(name))
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			return err
 		}
-		if out, err := exec.Command("mcopy", "-o", "-i", img, p, "::"+name).CombinedOutput(); err != nil {
-			return fmt.Errorf("mcopy %s: %w: %s", name, err, out)
-		}
+		files[name] = p
+	}
+	if err := o.Tools.PutFiles(img, []string{"EFI", "EFI/BOOT", bootloader.ConfigDir}, files); err != nil {
+		return err
 	}
 	return copyInto(o.Disk, ext, img)
 }

@@ -1,17 +1,22 @@
-// Package installer makes a release's installer image (issue 29): one file that boots as a
-// CD-ROM or a BMC's virtual media (ISO 9660 with an El Torito EFI boot image) and, written to
-// a USB stick, as a disk (its GPT names the same EFI boot image as an EFI system
-// partition). It carries liken's GRUB, the release (its document, slot image and GRUB image,
-// each checked against the document before it goes in) and the deployment layers.
+// Package installer makes a release's installer image and runs its install mode.
+//
+// The image (Build, `liken installer build`) is one file that boots as a CD-ROM or a BMC's
+// virtual media (ISO 9660 with an El Torito EFI boot image) and, written to a USB stick, as
+// a disk (its GPT names the same EFI boot image as an EFI system partition). It carries
+// liken's GRUB, a copy of the channel holding the one release (its document, slot image and
+// GRUB image, each checked as an install checks them, and the channel's signed metadata
+// that vouched for it) and the deployment layers.
 //
 // Booted, GRUB finds the image by its manifest (ManifestPath), mounts the slot image and
-// boots its kernel and initramfs with liken.install=1. The install mode of liken's init,
-// which would install the machine from the image, is not built yet: today the initramfs
-// stops there, saying so. Nothing exposes the image to users until it is.
+// boots its kernel and initramfs with liken.install=PATH; the initramfs mounts the image and
+// the slot in it (internal/initramfs), and the booted system's init runs the install mode
+// (Run): it finds the machine's Machine in the layers, chooses the disk and installs it as
+// `liken install` does, from the copy of the channel.
 package installer
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,12 +27,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	apirelease "liken.dev/liken/api/release"
+	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/layer"
 	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/tuf"
 )
 
 // Paths in the image.
@@ -36,8 +45,11 @@ const (
 	VolumeID = "LIKEN_INSTALL"
 	// ManifestPath says what the image holds; GRUB finds the image by it.
 	ManifestPath = "liken/installer.json"
-	ReleaseDir   = "liken/release"
-	LayersDir    = "liken/layers"
+	// ChannelDir is a copy of the channel with the one release (ChannelDir/VERSION/) and
+	// the signed metadata that vouched for it (ChannelDir/metadata/, when the channel is
+	// signed): the install mode installs from it as from the channel itself.
+	ChannelDir = "liken/channel"
+	LayersDir  = "liken/layers"
 	ConfigPath   = "liken/grub.cfg"
 	// BootImage is the FAT image El Torito boots and the GPT's EFI system partition.
 	BootImage = "boot/efi.img"
@@ -51,6 +63,14 @@ type Manifest struct {
 	Pin     string `json:"pin"`
 	// Layers are the deployment layers, by file name, with their digests.
 	Layers []Layer `json:"layers"`
+	// Signed says the copy of the channel carries its signed metadata, so the install mode
+	// checks the release against the root the layers' Cluster trusts; else the release was
+	// taken unsigned, on the Cluster's or the builder's word (Unsigned says whose).
+	Signed   bool   `json:"signed"`
+	Unsigned string `json:"unsigned,omitempty"`
+	// KernelArgs are given to the installer's own boot and written into the installed
+	// boot loader's environment (install's --kernel-args).
+	KernelArgs string `json:"kernelArgs,omitempty"`
 }
 
 // Layer is one deployment layer in the image.
@@ -64,13 +84,22 @@ const Schema = "liken.dev/installer/v1"
 
 // Options say what to put in the image.
 type Options struct {
-	// Release is a release directory (`liken release build --out`'s): release.json, the
-	// slot image and GRUB's image.
-	Release string
-	// Layers are deployment layer files (`liken layer`'s).
+	// Channel and Pin are the release, as `liken install` takes them; Version its version
+	// (empty: looked up in the channel's index).
+	Channel, Pin, Version string
+	// InsecureUnsigned takes the channel unsigned whatever the layers' Cluster says, as
+	// install's flag does (the machines are then installed unverified too). There is no
+	// trusted root to give instead: the machines check against their Cluster's.
+	InsecureUnsigned bool
+	// Layers are deployment layer files (`liken layer`'s), all of one cluster.
 	Layers []string
+	// KernelArgs are extra kernel arguments: for the installer's boot, and for every boot of
+	// the machines it installs.
+	KernelArgs string
 	// Out is the image to write; Work a directory for the steps (a temporary one if empty).
 	Out, Work string
+	Fetcher   *release.Fetcher
+	Log       io.Writer
 }
 
 // embeddedConfig is the installer GRUB's own: find the image by its manifest, on a CD (ISO
@@ -80,11 +109,12 @@ set prefix=($root)/liken
 configfile ($root)/` + ConfigPath + `
 `
 
-// config boots the release's kernel and initramfs from the slot image, in install mode.
+// config boots the release's kernel and initramfs from the slot image, in install mode; the
+// build sets liken_slot (the slot image's path) and liken_args before it.
 const config = bootloader.ConsoleSelect + `set timeout=0
 echo "liken-installer: booting the installer of release $liken_version"
-loopback slot /` + ReleaseDir + `/` + "slot.img" + `
-if linux (slot)/vmlinuz liken.install=1 $console_args panic=5 apparmor=0; then
+loopback slot $liken_slot
+if linux (slot)/vmlinuz liken.install=$liken_slot $console_args panic=5 apparmor=0 $liken_args; then
   if initrd (slot)/initramfs.img; then
     boot
   fi
@@ -94,22 +124,34 @@ sleep 30
 halt
 `
 
-// Build writes the installer image and returns its manifest. The image is reproducible:
-// the same release and layers give the same bytes (file times are the release's).
-func Build(o Options) (*Manifest, error) {
-	docBytes, err := os.ReadFile(filepath.Join(o.Release, apirelease.DocumentName))
-	if err != nil {
-		return nil, fmt.Errorf("reading the release: %w", err)
+// Build writes the installer image and returns its manifest. The release is checked as
+// `liken install` checks it (signed by the channel's keys from the root the layers' Cluster
+// trusts, each file against the pinned document) before any of it goes in. The image is
+// reproducible: the same release and layers give the same bytes (file times are the
+// release's).
+func Build(ctx context.Context, o Options) (*Manifest, error) {
+	log := o.Log
+	if log == nil {
+		log = io.Discard
 	}
-	doc, err := apirelease.Decode(docBytes)
-	if err != nil {
-		return nil, fmt.Errorf("the release's %s: %w", apirelease.DocumentName, err)
+	step := func(format string, args ...any) { fmt.Fprintf(log, "installer build: "+format+"\n", args...) }
+	if o.Fetcher == nil {
+		o.Fetcher = &release.Fetcher{}
 	}
-	m := &Manifest{Schema: Schema, Version: doc.Version, Pin: apirelease.Digest(docBytes)}
+	if !apirelease.ValidDigest(o.Pin) {
+		return nil, fmt.Errorf("--pin %q is not a release digest ('sha256:' and 64 hex digits)", o.Pin)
+	}
+	if err := bootloader.CheckInstallArgs(o.KernelArgs); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(o.KernelArgs, "\"'\\$;{}`\n") {
+		return nil, fmt.Errorf("--kernel-args %q: quotes, '\\', '$', ';', braces and newlines are not taken (GRUB's script would read them)", o.KernelArgs)
+	}
 	if len(o.Layers) == 0 {
 		return nil, errors.New("no deployment layer: the installer finds each machine's Machine in one")
 	}
 	work := o.Work
+	var err error
 	if work == "" {
 		if work, err = os.MkdirTemp("", "liken-installer-"); err != nil {
 			return nil, err
@@ -120,49 +162,70 @@ func Build(o Options) (*Manifest, error) {
 	if err := os.RemoveAll(tree); err != nil {
 		return nil, err
 	}
-	// The release's files, each checked against its document as it is copied.
-	if err := copyFile(filepath.Join(o.Release, apirelease.DocumentName), filepath.Join(tree, ReleaseDir, apirelease.DocumentName), "", 0); err != nil {
+	layers, cluster, err := readLayers(o.Layers)
+	if err != nil {
 		return nil, err
 	}
+	root, unsigned, err := install.Trust("", o.InsecureUnsigned, cluster)
+	if err != nil {
+		return nil, err
+	}
+	if ca := cluster.Spec.ChannelCA; ca != "" && o.Fetcher.Client == nil {
+		pool, err := release.TrustPool(ca)
+		if err != nil {
+			return nil, fmt.Errorf("the layers' Cluster: spec.channelCA: %w", err)
+		}
+		f := *o.Fetcher
+		f.RootCAs = pool
+		o.Fetcher = &f
+	}
+	version := o.Version
+	if version == "" {
+		if version, err = install.LookUp(ctx, o.Fetcher, o.Channel, o.Pin); err != nil {
+			return nil, err
+		}
+	}
+	channel := filepath.Join(tree, ChannelDir)
+	m := &Manifest{Schema: Schema, Version: version, Pin: o.Pin, KernelArgs: o.KernelArgs}
+	switch {
+	case root != "":
+		if err := tuf.MirrorRelease(ctx, o.Fetcher, o.Channel, root, version, o.Pin, filepath.Join(channel, tuf.MetadataDir)); err != nil {
+			return nil, fmt.Errorf("release %s is not put in the installer: %w", version, err)
+		}
+		m.Signed = true
+		step("release %s (%s) is what the channel's keys signed (root %s); the image carries the signed metadata", version, o.Pin, root)
+	default:
+		m.Unsigned = unsigned
+		step("WARNING: release %s goes in unverified: the channel is taken unsigned (%s)", version, unsigned)
+	}
+	doc, raw, err := o.Fetcher.Document(ctx, o.Channel, version, o.Pin)
+	if err != nil {
+		return nil, err
+	}
+	relDir := filepath.Join(channel, version)
+	if err := writeFile(filepath.Join(relDir, apirelease.DocumentName), raw); err != nil {
+		return nil, err
+	}
+	slot := doc.File(apirelease.RoleSlot)
 	for _, role := range []apirelease.Role{apirelease.RoleSlot, apirelease.RoleBootloader} {
 		f := doc.File(role)
 		if f == nil {
-			return nil, fmt.Errorf("release %s has no %s file", doc.Version, role)
+			return nil, fmt.Errorf("release %s has no %s file: it cannot be installed", version, role)
 		}
-		if err := copyFile(filepath.Join(o.Release, f.Name), filepath.Join(tree, ReleaseDir, f.Name), f.SHA256, f.Size); err != nil {
-			return nil, fmt.Errorf("release %s: %w", doc.Version, err)
+		if f.Name != filepath.Base(f.Name) {
+			return nil, fmt.Errorf("release %s names a file %q", version, f.Name)
 		}
-	}
-	if f := doc.File(apirelease.RoleSlot); f.Name != "slot.img" {
-		return nil, fmt.Errorf("release %s names its slot image %s; the installer's GRUB boots slot.img", doc.Version, f.Name)
-	}
-	seen := map[string]bool{}
-	for _, p := range o.Layers {
-		name := filepath.Base(p)
-		if seen[name] {
-			return nil, fmt.Errorf("two layers named %s", name)
-		}
-		seen[name] = true
-		lf, size, err := layer.Open(p, layer.DefaultLimits)
-		if err != nil {
-			return nil, err
-		}
-		data := make([]byte, size)
-		_, err = io.ReadFull(lf, data)
-		lf.Close()
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", p, err)
-		}
-		if _, _, err := layer.Read(bytes.NewReader(data), layer.DefaultLimits); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		sum := sha256.Sum256(data)
-		m.Layers = append(m.Layers, Layer{Name: name, Digest: "sha256:" + hex.EncodeToString(sum[:])})
-		if err := writeFile(filepath.Join(tree, LayersDir, name), data); err != nil {
+		step("copying %s (%d bytes, verified as it streams)", f.Name, f.Size)
+		if err := o.Fetcher.File(ctx, o.Channel, version, *f, release.FileTarget{Path: filepath.Join(relDir, f.Name)}); err != nil {
 			return nil, err
 		}
 	}
-	sort.Slice(m.Layers, func(i, j int) bool { return m.Layers[i].Name < m.Layers[j].Name })
+	for _, l := range layers {
+		m.Layers = append(m.Layers, Layer{Name: l.name, Digest: l.digest})
+		if err := writeFile(filepath.Join(tree, LayersDir, l.name), l.data); err != nil {
+			return nil, err
+		}
+	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -170,7 +233,8 @@ func Build(o Options) (*Manifest, error) {
 	if err := writeFile(filepath.Join(tree, ManifestPath), append(mb, '\n')); err != nil {
 		return nil, err
 	}
-	cfg := "set liken_version=" + doc.Version + "\n" + config
+	slotPath := "/" + ChannelDir + "/" + version + "/" + slot.Name
+	cfg := fmt.Sprintf("set liken_version=%s\nset liken_slot=%s\nset liken_args=%q\n", version, slotPath, o.KernelArgs) + config
 	if err := writeFile(filepath.Join(tree, ConfigPath), []byte(cfg)); err != nil {
 		return nil, err
 	}
@@ -198,7 +262,58 @@ func Build(o Options) (*Manifest, error) {
 		os.Remove(tmp)
 		return nil, err
 	}
+	if st, err := os.Stat(o.Out); err == nil {
+		step("wrote %s (%d bytes): release %s, %d layers", o.Out, st.Size(), version, len(m.Layers))
+	}
 	return m, nil
+}
+
+// aLayer is a layer file read for the image.
+type aLayer struct {
+	name, digest string
+	data         []byte
+}
+
+// readLayers reads and checks the layers, which must be of one cluster (one CA), and
+// returns their Cluster.
+func readLayers(paths []string) ([]aLayer, *v1alpha1.Cluster, error) {
+	var out []aLayer
+	var cluster *v1alpha1.Cluster
+	seen, ca := map[string]bool{}, ""
+	for _, p := range paths {
+		name := filepath.Base(p)
+		if seen[name] {
+			return nil, nil, fmt.Errorf("two layers named %s", name)
+		}
+		seen[name] = true
+		lf, size, err := layer.Open(p, layer.DefaultLimits)
+		if err != nil {
+			return nil, nil, err
+		}
+		data := make([]byte, size)
+		_, err = io.ReadFull(lf, data)
+		lf.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading %s: %w", p, err)
+		}
+		idx, files, err := layer.Read(bytes.NewReader(data), layer.DefaultLimits)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if ca != "" && idx.CAHash != ca {
+			return nil, nil, fmt.Errorf("%s is a layer of another cluster (CA %.12s, the others %.12s): an installer holds one cluster's layers", p, idx.CAHash, ca)
+		}
+		ca = idx.CAHash
+		if cluster == nil {
+			if cluster, err = layer.DecodeCluster(files[layer.ClusterManifest]); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", p, err)
+			}
+		}
+		sum := sha256.Sum256(data)
+		out = append(out, aLayer{name: name, digest: "sha256:" + hex.EncodeToString(sum[:]), data: data})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, cluster, nil
 }
 
 // bootImage makes the FAT image firmware boots: GRUB at the removable-media path.

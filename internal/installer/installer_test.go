@@ -12,11 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/identity"
 	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/release"
+	"liken.dev/liken/internal/tuf"
 )
 
 // testRelease is a release directory as `liken release build --out` writes one, small: a FAT
@@ -35,7 +39,7 @@ func testRelease(t *testing.T) string {
 		}
 	}
 	os.WriteFile(filepath.Join(dir, "bootx64.efi"), bytes.Repeat([]byte("GRUB"), 1000), 0o644)
-	doc := &apirelease.Document{Schema: apirelease.Schema, Version: "2026.12.07-001", Created: time.Unix(1796600000, 0).UTC()}
+	doc := &apirelease.Document{Schema: apirelease.Schema, Version: testVersion, Created: time.Unix(1796600000, 0).UTC()}
 	for _, f := range []struct {
 		name string
 		role apirelease.Role
@@ -55,11 +59,44 @@ func testRelease(t *testing.T) string {
 	return dir
 }
 
-func exampleLayers(t *testing.T) []string {
+const testVersion = "2026.12.07-001"
+
+// testChannel publishes the test release into a channel signed as `liken release keys
+// init` and `publish` sign one, and returns it, the release's pin and the root's digest.
+func testChannel(t *testing.T) (channel, pin, root string) {
+	t.Helper()
+	rel := testRelease(t)
+	channel = filepath.Join(t.TempDir(), "channel")
+	repo := &tuf.Repo{Channel: channel, Expiry: tuf.DefaultExpiry}
+	keyDir := filepath.Join(t.TempDir(), "keys")
+	root, err := repo.Init(tuf.InitOptions{KeyDir: keyDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := tuf.LoadKeys(keyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pin, err = release.Publish(channel, rel); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.SignRelease(keys, rel); err != nil {
+		t.Fatal(err)
+	}
+	return channel, pin, root
+}
+
+// exampleLayers are the examples' server and agent layers, their Cluster trusting root.
+func exampleLayers(t *testing.T, root string) []string {
 	t.Helper()
 	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, d := range docs {
+		if d.Object.GetKind() == "Cluster" {
+			unstructured.SetNestedField(d.Object.Object, root, "spec", "channelRoot")
+		}
 	}
 	out := t.TempDir()
 	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(out, "identity"), OutDir: out})
@@ -75,13 +112,15 @@ func exampleLayers(t *testing.T) []string {
 // EFI system partition, holding GRUB at the removable-media path. Two builds, at different
 // times from different directories, give the same bytes.
 func TestInstallerImageLayout(t *testing.T) {
-	rel, layers := testRelease(t), exampleLayers(t)
+	channel, pin, root := testChannel(t)
+	layers := exampleLayers(t, root)
 	out := filepath.Join(t.TempDir(), "installer.iso")
-	m, err := Build(Options{Release: rel, Layers: layers, Out: out})
+	o := Options{Channel: "file://" + channel, Pin: pin, Layers: layers, KernelArgs: "console=ttyS1,9600", Out: out}
+	m, err := Build(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Version != "2026.12.07-001" || len(m.Layers) != 2 || m.Layers[0].Name != "agent.layer" || !strings.HasPrefix(m.Layers[1].Digest, "sha256:") {
+	if m.Version != testVersion || m.Pin != pin || !m.Signed || len(m.Layers) != 2 || m.Layers[0].Name != "agent.layer" || !strings.HasPrefix(m.Layers[1].Digest, "sha256:") {
 		t.Errorf("manifest %+v", m)
 	}
 
@@ -89,23 +128,34 @@ func TestInstallerImageLayout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("xorriso -find: %v %s", err, files)
 	}
-	for _, want := range []string{ManifestPath, ConfigPath, BootImage, ReleaseDir + "/release.json", ReleaseDir + "/slot.img", ReleaseDir + "/bootx64.efi", LayersDir + "/server.layer", LayersDir + "/agent.layer"} {
+	rd := ChannelDir + "/" + testVersion
+	for _, want := range []string{ManifestPath, ConfigPath, BootImage, rd + "/release.json", rd + "/slot.img", rd + "/bootx64.efi", LayersDir + "/server.layer", LayersDir + "/agent.layer",
+		ChannelDir + "/metadata/1.root.json", ChannelDir + "/metadata/timestamp.json"} {
 		if !strings.Contains(string(files), "'/"+want+"'") {
 			t.Errorf("the ISO 9660 volume lacks /%s:\n%s", want, files)
 		}
 	}
 	x := t.TempDir()
 	if b, err := exec.Command("xorriso", "-osirrox", "on", "-indev", out, "-extract", "/"+ManifestPath, filepath.Join(x, "m.json"),
-		"-extract", "/"+ReleaseDir+"/slot.img", filepath.Join(x, "slot.img")).CombinedOutput(); err != nil {
+		"-extract", "/"+rd+"/slot.img", filepath.Join(x, "slot.img"), "-extract", "/"+ConfigPath, filepath.Join(x, "grub.cfg"),
+		"-extract", "/"+ChannelDir, filepath.Join(x, "channel")).CombinedOutput(); err != nil {
 		t.Fatalf("xorriso -extract: %v %s", err, b)
 	}
 	var got Manifest
 	if b, _ := os.ReadFile(filepath.Join(x, "m.json")); json.Unmarshal(b, &got) != nil || got.Pin != m.Pin || len(got.Layers) != 2 {
 		t.Errorf("the image's manifest: %+v", got)
 	}
-	want, _ := os.ReadFile(filepath.Join(rel, "slot.img"))
+	want, _ := os.ReadFile(filepath.Join(channel, testVersion, "slot.img"))
 	if b, _ := os.ReadFile(filepath.Join(x, "slot.img")); !bytes.Equal(b, want) {
 		t.Error("the image's slot.img differs from the release's")
+	}
+	if cfg, _ := os.ReadFile(filepath.Join(x, "grub.cfg")); !strings.Contains(string(cfg), "set liken_slot=/"+rd+"/slot.img\n") || !strings.Contains(string(cfg), `set liken_args="console=ttyS1,9600"`) {
+		t.Errorf("the installer's grub.cfg:\n%s", cfg)
+	}
+	// The image's copy of the channel verifies offline as the channel does, from the same
+	// root: what the install mode checks before it writes a disk.
+	if err := tuf.VerifyRelease(t.Context(), nil, "file://"+filepath.Join(x, "channel"), root, testVersion, pin, ""); err != nil {
+		t.Errorf("the image's copy of the channel does not verify: %v", err)
 	}
 
 	torito, err := exec.Command("xorriso", "-indev", out, "-report_el_torito", "plain").CombinedOutput()
@@ -141,7 +191,8 @@ func TestInstallerImageLayout(t *testing.T) {
 
 	time.Sleep(1100 * time.Millisecond) // another second: file times must not leak in
 	out2 := filepath.Join(t.TempDir(), "again.iso")
-	if _, err := Build(Options{Release: rel, Layers: layers, Out: out2}); err != nil {
+	o.Out = out2
+	if _, err := Build(t.Context(), o); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out2)
@@ -151,17 +202,32 @@ func TestInstallerImageLayout(t *testing.T) {
 	t.Logf("installer image: %d bytes (a test release of %d bytes and two layers)", len(img), len(want))
 }
 
-// TestInstallerRefuses: a release whose file is not the one its document names, and no
-// layer, are refused before an image is written.
+// TestInstallerRefuses: no layer, layers of two clusters, a release the channel's keys did
+// not sign and a file that is not the one its document names are refused before an image is
+// written.
 func TestInstallerRefuses(t *testing.T) {
-	rel, layers := testRelease(t), exampleLayers(t)
+	channel, pin, root := testChannel(t)
+	layers := exampleLayers(t, root)
 	out := filepath.Join(t.TempDir(), "installer.iso")
-	if _, err := Build(Options{Release: rel, Out: out}); err == nil || !strings.Contains(err.Error(), "no deployment layer") {
+	build := func(layers []string) error {
+		_, err := Build(t.Context(), Options{Channel: "file://" + channel, Pin: pin, Layers: layers, Out: out})
+		return err
+	}
+	if err := build(nil); err == nil || !strings.Contains(err.Error(), "no deployment layer") {
 		t.Errorf("no layer: %v", err)
 	}
-	os.WriteFile(filepath.Join(rel, "bootx64.efi"), []byte("another GRUB"), 0o644)
-	if _, err := Build(Options{Release: rel, Layers: layers, Out: out}); err == nil || !strings.Contains(err.Error(), "is not the file its release document names") {
-		t.Errorf("a changed GRUB image: %v", err)
+	if err := build([]string{layers[0], exampleLayers(t, root)[1]}); err == nil || !strings.Contains(err.Error(), "is a layer of another cluster") {
+		t.Errorf("two clusters' layers: %v", err)
+	}
+	_, _, otherRoot := testChannel(t)
+	if err := build(exampleLayers(t, otherRoot)); err == nil || !strings.Contains(err.Error(), "is not put in the installer") {
+		t.Errorf("a Cluster trusting another channel's root: %v", err)
+	}
+	os.WriteFile(filepath.Join(channel, testVersion, "bootx64.efi"), []byte("another GRUB"), 0o644)
+	if err := build(layers); err == nil {
+		t.Error("a changed GRUB image was taken")
+	} else {
+		t.Logf("a changed GRUB image: %v", err)
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("an image was written for a refused build")

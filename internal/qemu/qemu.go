@@ -62,6 +62,9 @@ type Machine struct {
 	// second (COM2, 0x2f8) instead: a machine on which GRUB finds no com0.
 	NoCOM1 bool
 	// CDROM, when set, is an ISO image in the machine's CD drive (SATA, as on Q35 boards).
+	// The firmware boots the first disk first, as servers are set to, and the CD when the
+	// disk holds nothing it boots: an installer's CD boots once, and the machine it
+	// installed boots its disk after.
 	CDROM string
 	// Watchdog is the hardware watchdog: "" is an i6300ESB card; "tco" is the TCO timer
 	// of the Q35 chipset's LPC bridge (ICH9), which iTCO_wdt drives, set to reset the
@@ -112,7 +115,7 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-serial", "stdio")
 	}
 	if m.CDROM != "" {
-		args = append(args, "-drive", "file="+m.CDROM+",media=cdrom,readonly=on,format=raw")
+		args = append(args, "-drive", "file="+m.CDROM+",if=none,id=cd,media=cdrom,readonly=on,format=raw", "-device", "ide-cd,drive=cd,bus=ide.0,bootindex=1")
 	}
 	if m.Screen {
 		args = append(args, "-vga", "std")
@@ -168,12 +171,15 @@ func (m Machine) Args() ([]string, error) {
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}
-		if d.SectorSize == 0 && d.Serial == "" {
+		if d.SectorSize == 0 && d.Serial == "" && m.CDROM == "" {
 			args = append(args, "-drive", spec+",if=virtio")
 			continue
 		}
 		id := fmt.Sprintf("disk%d", i)
 		dev := "virtio-blk-pci,drive=" + id
+		if i == 0 && m.CDROM != "" {
+			dev += ",bootindex=0"
+		}
 		if d.SectorSize != 0 {
 			dev += fmt.Sprintf(",logical_block_size=%d,physical_block_size=%d", d.SectorSize, d.SectorSize)
 		}

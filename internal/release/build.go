@@ -30,6 +30,10 @@ var BootModules = []string{
 	"virtio_pci", "virtio_blk", "virtio_scsi", "virtio_rng", "nvme", "ahci", "sd_mod", "megaraid_sas", "mpt3sas",
 	"squashfs", "ext4", "crc32c_generic", "vfat", "nls_cp437", "nls_ascii", "loop",
 	"efivarfs", "efi_pstore",
+	// The installer image's media (internal/installer): before the root image, the
+	// initramfs finds the image on a CD (AHCI above; sr_mod, ISO 9660) or a USB stick (USB 3
+	// host controllers with their USB 2 companions, USB mass storage, USB attached SCSI).
+	"sr_mod", "isofs", "xhci_pci", "ehci_pci", "usb_storage", "uas",
 	// Watchdogs, hardware first: /dev/watchdog is the first one registered, so softdog (the
 	// kernel's timer, which a hung kernel does not fire) is it only on a machine with none
 	// of the others. i6300esb: QEMU's; iTCO_wdt (through lpc_ich, which makes its device):
@@ -71,9 +75,6 @@ var HardwareModules = []struct{ Name, Why string }{
 	{"r8169", "Realtek 8169/8168/8111 gigabit: small machines and desktops"},
 	{"ena", "AWS Elastic Network Adapter: EC2 instances"},
 	{"gve", "Google Virtual NIC: Compute Engine instances"},
-	{"xhci_pci", "USB 3 host controllers: the installer's USB stick, keyboards"},
-	{"usb_storage", "USB mass storage: the installer's USB stick"},
-	{"uas", "USB attached SCSI: faster USB 3 sticks and disks"},
 }
 
 // BuildOptions are the inputs of a release; equal inputs give byte-identical outputs.

@@ -512,3 +512,19 @@ func (s *bufferSink) Write(p []byte) (int, error) {
 }
 func (s *bufferSink) Commit() error  { return nil }
 func (s *bufferSink) Discard() error { s.b.data = nil; return nil }
+
+// PrintProgress reports a download's progress on w, a line per file every 10%.
+func PrintProgress(w io.Writer) func(Progress) {
+	last := map[string]int64{}
+	return func(p Progress) {
+		if p.Total <= 0 {
+			return
+		}
+		step := p.Done * 10 / p.Total
+		if prev, ok := last[p.File]; ok && prev == step {
+			return
+		}
+		last[p.File] = step
+		fmt.Fprintf(w, "  %s %3d%% (%d of %d bytes)\n", p.File, step*10, p.Done, p.Total)
+	}
+}

@@ -33,6 +33,9 @@ type Client struct {
 	CacheDir string
 	// Fetcher fetches the metadata (nil: liken's defaults).
 	Fetcher *release.Fetcher
+	// Record, when set, is given each metadata file fetched (its name in metadata/ and its
+	// bytes), for a copy of the channel (MirrorRelease).
+	Record func(name string, b []byte) error
 }
 
 // TrustedRoot fetches the channel's first root (metadata/1.root.json) and returns it if its
@@ -118,7 +121,7 @@ func (c *Client) updater(ctx context.Context) (*updater.Updater, error) {
 	// Releases never change, so they stay at their own paths: consistent snapshots version
 	// the metadata only.
 	cfg.PrefixTargetsWithHash = false
-	cfg.Fetcher = fetcher{ctx: ctx, f: c.Fetcher}
+	cfg.Fetcher = fetcher{ctx: ctx, f: c.Fetcher, record: c.Record}
 	if c.CacheDir == "" {
 		cfg.DisableLocalCache = true
 	} else {
@@ -177,8 +180,9 @@ func (c *Client) Check(ctx context.Context, path string, data []byte) error {
 
 // fetcher is go-tuf's Fetcher over liken's: the same retries, limits and file:// channels.
 type fetcher struct {
-	ctx context.Context
-	f   *release.Fetcher
+	ctx    context.Context
+	f      *release.Fetcher
+	record func(name string, b []byte) error
 }
 
 func (t fetcher) DownloadFile(u string, maxLength int64, _ time.Duration) ([]byte, error) {
@@ -195,7 +199,38 @@ func (t fetcher) DownloadFile(u string, maxLength int64, _ time.Duration) ([]byt
 	if err != nil {
 		return nil, &metadata.ErrDownload{Msg: err.Error()}
 	}
+	if t.record != nil {
+		if err := t.record(u[i+1:], b); err != nil {
+			return nil, &metadata.ErrDownload{Msg: err.Error()}
+		}
+	}
 	return b, nil
+}
+
+// MirrorRelease is VerifyRelease that also writes every metadata file it fetched into dir
+// (the metadata/ of a copy of the channel): the copy then verifies offline exactly as the
+// channel did, as the installer image carries it. Its timestamp expires when the channel's
+// does (a week after it was signed, by default): a copy older than that is refused as the
+// channel would be, frozen.
+func MirrorRelease(ctx context.Context, f *release.Fetcher, channel, rootDigest, version, digest, dir string) error {
+	root, err := TrustedRoot(ctx, f, channel, rootDigest)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	record := func(name string, b []byte) error {
+		if name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+			return fmt.Errorf("metadata file name %q", name)
+		}
+		return os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	if err := record("1.root.json", root); err != nil {
+		return err
+	}
+	c := &Client{Channel: channel, Root: root, Fetcher: f, Record: record}
+	return c.verify(ctx, version, digest)
 }
 
 // VerifyRelease checks that digest is the release document the channel's publisher signed
@@ -208,6 +243,11 @@ func VerifyRelease(ctx context.Context, f *release.Fetcher, channel, rootDigest,
 		return err
 	}
 	c := &Client{Channel: channel, Root: root, CacheDir: cacheDir, Fetcher: f}
+	return c.verify(ctx, version, digest)
+}
+
+// verify checks that digest is the release document the channel signed for version.
+func (c *Client) verify(ctx context.Context, version, digest string) error {
 	t, err := c.Target(ctx, version+"/release.json")
 	if err != nil {
 		return err

@@ -1,41 +1,43 @@
 package vm
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"liken.dev/liken/internal/identity"
+	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/installer"
-	"liken.dev/liken/internal/manifest"
+	"liken.dev/liken/internal/qemu"
+	"liken.dev/liken/test/apiserver"
 	"liken.dev/liken/test/report"
 )
 
-// TestInstallerBootsFromCD (issue 29 item 1, the installer's boot): the test release's
-// installer image, in the CD drive of a machine whose disk is empty, boots through the
-// firmware's El Torito EFI entry into liken's GRUB, which finds the image by its manifest,
-// mounts the release's slot image and boots its kernel and initramfs in install mode. The
-// install mode itself is not built yet: the initramfs says so, and the disk is left as it was.
-func TestInstallerBootsFromCD(t *testing.T) {
+// TestInstallerInstallsAMachine (issue 29 item 1): the test release's installer image, built
+// from the signed channel and the cluster's layer, in the CD drive of a machine with an
+// empty disk: the firmware boots it through its El Torito EFI entry (the disk holds nothing
+// to boot), GRUB finds the image by its manifest and boots the release's kernel from the
+// slot image in it; the install mode finds vm-1 by its MAC, installs the one disk from the
+// image's copy of the channel (checked offline against the Cluster's root) and reboots; the
+// firmware boots the disk, and vm-1 joins the cluster running release A from slot A. A
+// second machine, whose disk holds a file system, is refused: the console says why, the
+// machine powers itself off, and the disk's bytes are unchanged.
+func TestInstallerInstallsAMachine(t *testing.T) {
 	vmTest(t)
-	rel, err := BuildRelease(releaseA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := manifest.Load(filepath.Join("..", "..", "docs", "examples"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, res, _ := prepareJoin(t, apiserver.Options{}, []string{vmMachine})
 	dir := t.TempDir()
-	res, err := identity.BuildLayers(identity.Input{Docs: docs, IdentityDir: filepath.Join(dir, "identity"), OutDir: dir, StandInNodeCredentials: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	iso := filepath.Join(dir, "installer.iso")
 	start := time.Now()
-	m, err := installer.Build(installer.Options{Release: rel.Dir, Layers: []string{res.Layers["server"], res.Layers["agent"]}, Out: iso})
+	m, err := installer.Build(t.Context(), installer.Options{
+		Channel: "file://" + j.channel.dir, Pin: j.channel.pins[releaseA], Layers: []string{res.Layers[v1alpha1.RoleServer]}, Out: iso,
+		// A refusal's minute before the power-off, shortened for the test.
+		KernelArgs: qemu.InstallArgs(false, "quiet liken.test.api="+j.guestAPI+" liken.test.node=simulated liken.test.installer-wait=2"),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,19 +46,62 @@ func TestInstallerBootsFromCD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// An empty disk, which nothing may write.
-	empty := filepath.Join(dir, "disk.img")
-	if err := os.WriteFile(empty, make([]byte, 64<<20), 0o644); err != nil {
+	size := int64(disk.DefaultLayout.MinSizeMiB()+16) << 20
+
+	// Refused: a disk holding a file system, nothing written.
+	held := filepath.Join(dir, "held.img")
+	if err := os.WriteFile(held, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: empty}}, CDROM: iso})
-	grub := expect(t, v, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
-	expect(t, v, "liken-init: initramfs stage at", 120*time.Second)
-	initramfs := expect(t, v, "this is liken's installer image: its install mode is not built yet", 60*time.Second)
-	v.Kill()
-	if b, _ := os.ReadFile(empty); !bytes.Equal(b, make([]byte, 64<<20)) {
-		t.Error("the installer's boot wrote to the disk")
+	os.Truncate(held, size)
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", held, "65536").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v %s", err, out)
 	}
-	report.Line("installer image (ISO 9660 + El Torito EFI + GPT for USB) of release %s and two layers: %d bytes, built in %s; booted as a CD (TCG): GRUB %s, the initramfs in install mode %s from QEMU's start",
-		m.Version, st.Size(), built.Round(100*time.Millisecond), grub.Round(100*time.Millisecond), initramfs.Round(100*time.Millisecond))
+	before := imageSum(t, held)
+	r := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: held, Serial: "held"}}, CDROM: iso, NICs: []string{vmMAC}})
+	expect(t, r, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
+	expect(t, r, "liken-init: installer medium /dev/sr0 mounted", 120*time.Second)
+	expect(t, r, "liken-installer: refused: /dev/vda is not empty: it holds an ext2/3/4 file system. Nothing was written: to install over it, set Machine vm-1's spec.install {disk: ..., wipe: {serial: \"held\", contentID: \"sha256:", 180*time.Second)
+	if _, err := r.Wait(90 * time.Second); err != nil {
+		t.Fatalf("the refused machine did not power off: %v", err)
+	}
+	if imageSum(t, held) != before {
+		t.Error("the refused disk's bytes changed")
+	}
+
+	// Installed: an empty disk.
+	empty := filepath.Join(dir, "vm-1.img")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Truncate(empty, size)
+	vstart := time.Now()
+	v := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: empty}}, CDROM: iso, NICs: []string{vmMAC}, AllowReboot: true})
+	grub := expect(t, v, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
+	expect(t, v, "liken-installer: this is Machine vm-1 (server, found by MAC 52:54:00:12:34:01); installing release "+releaseA+" on /dev/vda (the one disk that can be the install disk", 240*time.Second)
+	expect(t, v, "install: release "+releaseA+" ("+j.channel.pins[releaseA]+") is what the channel's keys signed", 60*time.Second)
+	installed := expect(t, v, "liken-installer: installed Machine vm-1 on /dev/vda in", 600*time.Second)
+	expect(t, v, "liken-grub: booting slot A (trial 0)", 180*time.Second)
+	j.disk = empty
+	j.waitMachine(t, "release A running from slot A after the installer", 8*time.Minute, func(m *v1alpha1.Machine) bool {
+		return running(m, "A", releaseA)
+	})
+	joinedAt := time.Since(vstart)
+	report.Line("installer image (ISO 9660 + El Torito EFI + GPT for USB) of release %s and one layer: %d bytes, built in %s; booted as a CD (TCG): GRUB %s, installed %s, the installed machine joined %s from QEMU's start",
+		m.Version, st.Size(), built.Round(100*time.Millisecond), grub.Round(100*time.Millisecond), installed.Round(100*time.Millisecond), joinedAt.Round(time.Second))
+}
+
+// imageSum is the SHA-256 of a whole disk image.
+func imageSum(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -91,6 +91,37 @@ func joinAs(t *testing.T, machineYAML, extraArgs string, moreVersions ...string)
 // the API server started with opts (the cluster's CAs are added).
 func joinMachines(t *testing.T, opts apiserver.Options, sectorSize int, machineYAMLs []string, extraArgs string, moreVersions ...string) *joined {
 	t.Helper()
+	j, res, machines := prepareJoin(t, opts, machineYAMLs, moreVersions...)
+	perRole := map[v1alpha1.Role]int{}
+	for _, m := range machines {
+		perRole[m.Spec.Role]++
+	}
+	for _, m := range machines {
+		// A machine alone in its role's layer finds its Machine by MAC; several are each
+		// bound to theirs (install refuses to put several machines' keys on one disk).
+		bound := ""
+		if perRole[m.Spec.Role] > 1 {
+			bound = m.Name
+		}
+		d := filepath.Join(t.TempDir(), m.Name+".img")
+		target, size, done := installTarget(t, d, testLayout.MinSizeMiB()+16, sectorSize)
+		if _, err := install.Install(context.Background(), install.Options{
+			Channel: "file://" + j.channel.dir, Pin: j.channel.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: target, Machine: bound,
+			SizeMiB: size, Layout: testLayout, KernelArgs: qemu.InstallArgs(false, "quiet liken.test.api="+j.guestAPI+" "+extraArgs),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		done()
+		j.disks[m.Name] = d
+	}
+	j.disk = j.disks["vm-1"]
+	return j
+}
+
+// prepareJoin is joinMachines without the installs: the signed channel, the layers, the API
+// server with the Cluster and the Machines; it returns the layers and the Machines.
+func prepareJoin(t *testing.T, opts apiserver.Options, machineYAMLs []string, moreVersions ...string) (*joined, *identity.Result, []*v1alpha1.Machine) {
+	t.Helper()
 	ch := newChannelServer(t, append([]string{releaseA}, moreVersions...)...)
 	manifests := t.TempDir()
 	ex, _ := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "cluster.yaml"))
@@ -170,33 +201,12 @@ func joinMachines(t *testing.T, opts apiserver.Options, sectorSize int, machineY
 	u, _ := url.Parse(env.Host)
 	guestAPI := "https://10.0.2.2:" + u.Port()
 	j := &joined{env: env, admin: admin, lc: lc, disks: map[string]string{}, guestAPI: guestAPI, channel: ch, layerDigests: res.Digests}
-	perRole := map[v1alpha1.Role]int{}
 	for _, m := range set.Machines {
-		perRole[m.Spec.Role]++
-	}
-	for _, m := range set.Machines {
-		// A machine alone in its role's layer finds its Machine by MAC; several are each
-		// bound to theirs (install refuses to put several machines' keys on one disk).
-		bound := ""
-		if perRole[m.Spec.Role] > 1 {
-			bound = m.Name
-		}
 		if _, err := lc.CreateMachine(t.Context(), m); err != nil {
 			t.Fatal(err)
 		}
-		d := filepath.Join(t.TempDir(), m.Name+".img")
-		target, size, done := installTarget(t, d, testLayout.MinSizeMiB()+16, sectorSize)
-		if _, err := install.Install(context.Background(), install.Options{
-			Channel: "file://" + ch.dir, Pin: ch.pins[releaseA], Layer: res.Layers[m.Spec.Role], LayerDigest: res.Digests[m.Spec.Role], Disk: target, Machine: bound,
-			SizeMiB: size, Layout: testLayout, KernelArgs: qemu.InstallArgs(false, "quiet liken.test.api="+guestAPI+" "+extraArgs),
-		}); err != nil {
-			t.Fatal(err)
-		}
-		done()
-		j.disks[m.Name] = d
 	}
-	j.disk = j.disks["vm-1"]
-	return j
+	return j, res, set.Machines
 }
 
 // vmMachineDHCP is vm-1 configured by DHCP: QEMU's user network runs a DHCP server that

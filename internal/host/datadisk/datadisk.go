@@ -140,18 +140,18 @@ func (e Env) Apply(disks []v1alpha1.Disk) []v1alpha1.DiskStatus {
 	byDev := map[uint64][]int{}
 	for i, d := range disks {
 		out[i] = v1alpha1.DiskStatus{Device: d.Device}
-		dev, rdev, err := e.resolve(string(d.Device))
+		dev, rdev, err := e.Resolve(string(d.Device))
 		if err != nil {
 			out[i].Phase, out[i].Reason, out[i].Message = v1alpha1.DiskRefused, v1alpha1.DiskNotFound, err.Error()
 			continue
 		}
 		devs[i], out[i].Path = dev, dev
-		out[i].Serial = e.serial(dev)
+		out[i].Serial = e.Serial(dev)
 		byDev[rdev] = append(byDev[rdev], i)
 	}
 	var install uint64
 	if e.InstallDisk != "" {
-		if _, rdev, err := e.resolve(e.InstallDisk); err == nil {
+		if _, rdev, err := e.Resolve(e.InstallDisk); err == nil {
 			install = rdev
 		}
 	}
@@ -255,9 +255,9 @@ func (e Env) logf(format string, args ...any) {
 	}
 }
 
-// resolve waits for a device path to name a whole-disk block device and returns its
+// Resolve waits for a device path to name a whole-disk block device and returns its
 // canonical path and device number.
-func (e Env) resolve(path string) (string, uint64, error) {
+func (e Env) Resolve(path string) (string, uint64, error) {
 	deadline := time.Now().Add(e.Wait)
 	for {
 		dev, err := filepath.EvalSymlinks(path)
@@ -289,7 +289,8 @@ func (e Env) sysDir(dev string) string {
 	return filepath.Join(e.Sys, "class", "block", filepath.Base(dev))
 }
 
-func (e Env) serial(dev string) string {
+// Serial is a disk's serial number as status.disks shows it (a loop device's: its backing file).
+func (e Env) Serial(dev string) string {
 	// A loop device's identity is its backing file.
 	for _, f := range []string{"device/serial", "serial", "device/wwid", "loop/backing_file"} {
 		if b, err := os.ReadFile(filepath.Join(e.sysDir(dev), f)); err == nil && strings.TrimSpace(string(b)) != "" {
