@@ -50,7 +50,7 @@ const (
 	// signed): the install mode installs from it as from the channel itself.
 	ChannelDir = "liken/channel"
 	LayersDir  = "liken/layers"
-	ConfigPath   = "liken/grub.cfg"
+	ConfigPath = "liken/grub.cfg"
 	// BootImage is the FAT image El Torito boots and the GPT's EFI system partition.
 	BootImage = "boot/efi.img"
 )
