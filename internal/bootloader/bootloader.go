@@ -135,6 +135,21 @@ func BuildEFIWith(out, workDir, embeddedConfig, prefix string, more ...string) e
 	return nil
 }
 
+// BuildEFIMemdisk is BuildEFIWith for a GRUB that boots from the network: memdisk (a tar)
+// is built in as (memdisk), with the files its embedded configuration reads there, and the
+// prefix is set after it (grub-mkimage's -m resets the prefix to the memdisk's).
+func BuildEFIMemdisk(out, workDir, embeddedConfig, memdisk, prefix string, more ...string) error {
+	cfg := workDir + "/grub-embedded.cfg"
+	if err := writeFile(cfg, []byte(embeddedConfig)); err != nil {
+		return err
+	}
+	args := append(append([]string{"-O", "x86_64-efi", "-o", out, "-m", memdisk, "-c", cfg, "-p", prefix}, modules...), more...)
+	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("grub-mkimage: %w: %s", err, b)
+	}
+	return nil
+}
+
 // EnvSelect defines pick_env DIR, which sets envfile to the current copy of liken's
 // environment in DIR (see ESP.Env): the sealed copy (gen equals seal) with the higher
 // generation; a disk with one copy and no generation (installed before there were two)

@@ -17,7 +17,7 @@ func newInstaller() *cobra.Command {
 		o   installer.Options
 	)
 	build := &cobra.Command{
-		Use:   "build --channel URL --pin DIGEST --layer FILE [--layer FILE...] --out FILE",
+		Use:   "build --channel URL --pin DIGEST --layer FILE [--layer FILE...] [--out FILE] [--netboot DIR]",
 		Short: "write an installer image (ISO for CD and virtual media, and for USB sticks)",
 		Long: `Writes one image that boots by UEFI as a CD-ROM, a BMC's virtual media, or written to a USB
 stick (dd if=FILE of=/dev/sdX). It carries the pinned release, checked first as liken install
@@ -31,14 +31,19 @@ install does, and reboots into it. A disk that is not empty is refused, unless t
 spec.install.wipe names its serial and content ID (both shown by the refusal); on a refusal
 it says why on the console and powers off after a minute, with nothing written.
 
+With --netboot DIR, the same installer boots from the network: serve DIR by TFTP or HTTP and
+give bootx64.efi as the DHCP boot file (UEFI PXE or HTTP boot), or chain liken.ipxe from
+iPXE. GRUB checks the kernel and initramfs against the release's digests built into it, and
+the installer checks its files as a CD's.
+
 The copy of the channel's signed metadata expires when the channel's timestamp does (a week
 after it was signed, by default): build the image again from the channel after that.`,
 		Example: `  liken installer build --channel https://releases.example.com/liken --pin sha256:... \
-      --layer layer/server.layer --layer layer/agent.layer --out liken-installer.iso`,
+      --layer layer/server.layer --layer layer/agent.layer --out liken-installer.iso --netboot /srv/tftp/liken`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Channel == "" || o.Pin == "" || len(o.Layers) == 0 || o.Out == "" {
-				return usageErr("--channel, --pin, --layer and --out are required")
+			if o.Channel == "" || o.Pin == "" || len(o.Layers) == 0 || (o.Out == "" && o.Netboot == "") {
+				return usageErr("--channel, --pin, --layer and --out or --netboot (or both) are required")
 			}
 			if !apirelease.ValidDigest(o.Pin) {
 				return usageErr("--pin %q is not a digest: give sha256: followed by 64 lowercase hexadecimal digits", o.Pin)
@@ -59,7 +64,12 @@ after it was signed, by default): build the image again from the channel after t
 				return err
 			}
 			return out.print(cmd.OutOrStdout(), m, func(w io.Writer) {
-				fmt.Fprintf(w, "boot it as a CD or virtual media, or write it to a USB stick: dd if=%s of=/dev/sdX bs=4M conv=fsync\n", o.Out)
+				if o.Out != "" {
+					fmt.Fprintf(w, "boot it as a CD or virtual media, or write it to a USB stick: dd if=%s of=/dev/sdX bs=4M conv=fsync\n", o.Out)
+				}
+				if o.Netboot != "" {
+					fmt.Fprintf(w, "serve %s by TFTP or HTTP; the DHCP boot file is %s (UEFI), or chain %s from iPXE\n", o.Netboot, installer.NetbootEFI, installer.NetbootIPXE)
+				}
 			})
 		},
 	}
@@ -71,6 +81,7 @@ after it was signed, by default): build the image again from the channel after t
 	f.StringVar(&o.KernelArgs, "kernel-args", "", "extra kernel arguments for the installer's boot and every boot of the machines it installs")
 	f.BoolVar(&o.InsecureUnsigned, "insecure-unsigned", false, "take the channel without signed metadata, unverified (loudly; default: the layers' Cluster's spec.insecureUnsignedChannel)")
 	f.StringVar(&o.Out, "out", "", "the image file to write")
+	f.StringVar(&o.Netboot, "netboot", "", "a directory to write the same installer's network boot into (GRUB for UEFI PXE or HTTP boot, an iPXE script, the kernel, initramfs and installer archive)")
 	out.add(build)
 	return group(&cobra.Command{Use: "installer", Short: "build the image that installs machines from a CD, virtual media or a USB stick"}, build)
 }

@@ -36,7 +36,7 @@ func (s *system) installMode() error {
 		}
 	}
 	hw := hardware.Default.Read()
-	env := installer.Env{Medium: initramfs.MediumDir, Dev: "/dev", Sys: "/sys", MACs: LocalMACs(), Serial: hw.System.Serial,
+	env := installer.Env{Medium: initramfs.MediumDir, ManifestDigest: s.cmd["liken.install.manifest"], Dev: "/dev", Sys: "/sys", MACs: LocalMACs(), Serial: hw.System.Serial,
 		Disks: hw.Disks, Tools: installer.ImageTools(), Log: s.log}
 	plan, err := installer.Decide(env)
 	if err == nil {

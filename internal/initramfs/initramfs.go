@@ -251,8 +251,8 @@ func freeInitramfs(keep string) {
 		if err != nil || p == "/" {
 			return nil
 		}
-		if p == keep {
-			return filepath.SkipDir
+		if p == keep || p == InitrdMedium {
+			return filepath.SkipDir // the new root; a network-booted installer's files, in use
 		}
 		var s unix.Stat_t
 		if unix.Lstat(p, &s) != nil || s.Dev != dev {

@@ -19,6 +19,12 @@ const MediumDir = "/run/liken/medium"
 // InstallerVolume is the installer image's ISO 9660 volume name (installer.VolumeID).
 const InstallerVolume = "LIKEN_INSTALL"
 
+// InitrdMedium is where a network-booted installer's files are: the kernel unpacked them
+// from the second initrd the boot loader gave it (installer.NetbootArchive) into the
+// initramfs. They stay there (freeInitramfs keeps them) and are bound onto MediumDir, so the
+// install mode reads them as it reads a CD.
+const InitrdMedium = "/installer"
+
 // isoVolume is the volume name of an ISO 9660 file system on dev ("" if it holds none):
 // the primary volume descriptor is the 2048-byte sector 16, "\x01CD001" then, at byte 40,
 // the volume identifier padded with spaces (ECMA-119, 8.4).
@@ -68,15 +74,25 @@ func findMedium(timeout time.Duration) (string, error) {
 // image it carries (slot, a path in the medium, as the installer's GRUB gave it in
 // liken.install=) to a loop device, which it returns: the slot the installer boots.
 func mountInstaller(log io.Writer, slot string) (string, error) {
-	dev, err := findMedium(60 * time.Second)
-	if err != nil {
-		return "", err
-	}
 	if err := os.MkdirAll(MediumDir, 0o755); err != nil {
 		return "", err
 	}
-	if err := unix.Mount(dev, MediumDir, "iso9660", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
-		return "", fmt.Errorf("mounting the installer medium %s: %w", dev, err)
+	var dev string
+	if _, err := os.Stat(filepath.Join(InitrdMedium, "liken")); err == nil {
+		// Network boot: the files came as an initrd.
+		dev = "the boot loader's second initrd (" + InitrdMedium + ")"
+		if err := unix.Mount(InitrdMedium, MediumDir, "", unix.MS_BIND, ""); err != nil {
+			return "", fmt.Errorf("binding %s onto %s: %w", InitrdMedium, MediumDir, err)
+		}
+		unix.Mount("", MediumDir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, "")
+	} else {
+		var err error
+		if dev, err = findMedium(60 * time.Second); err != nil {
+			return "", err
+		}
+		if err := unix.Mount(dev, MediumDir, "iso9660", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+			return "", fmt.Errorf("mounting the installer medium %s: %w", dev, err)
+		}
 	}
 	img := filepath.Join(MediumDir, filepath.Clean("/"+slot))
 	loop, err := attachLoop(img)

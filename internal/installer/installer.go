@@ -96,8 +96,10 @@ type Options struct {
 	// KernelArgs are extra kernel arguments: for the installer's boot, and for every boot of
 	// the machines it installs.
 	KernelArgs string
-	// Out is the image to write; Work a directory for the steps (a temporary one if empty).
-	Out, Work string
+	// Out is the image to write; Netboot a directory for the same installer's network boot
+	// (its files: NetbootEFI and the others); at least one. Work is a directory for the
+	// steps (a temporary one if empty).
+	Out, Netboot, Work string
 	Fetcher   *release.Fetcher
 	Log       io.Writer
 }
@@ -149,6 +151,9 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	}
 	if len(o.Layers) == 0 {
 		return nil, errors.New("no deployment layer: the installer finds each machine's Machine in one")
+	}
+	if o.Out == "" && o.Netboot == "" {
+		return nil, errors.New("nothing to write: give the image to write, a directory for the network boot's files, or both")
 	}
 	work := o.Work
 	var err error
@@ -252,18 +257,27 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	}); err != nil {
 		return nil, err
 	}
-	// Written beside Out and renamed once whole: no half-written image under its name.
-	tmp := o.Out + ".partial"
-	if err := iso(tree, tmp, epoch); err != nil {
-		os.Remove(tmp)
-		return nil, err
+	if o.Out != "" {
+		// Written beside Out and renamed once whole: no half-written image under its name.
+		tmp := o.Out + ".partial"
+		if err := iso(tree, tmp, epoch); err != nil {
+			os.Remove(tmp)
+			return nil, err
+		}
+		if err := os.Rename(tmp, o.Out); err != nil {
+			os.Remove(tmp)
+			return nil, err
+		}
+		if st, err := os.Stat(o.Out); err == nil {
+			step("wrote %s (%d bytes): release %s, %d layers", o.Out, st.Size(), version, len(m.Layers))
+		}
 	}
-	if err := os.Rename(tmp, o.Out); err != nil {
-		os.Remove(tmp)
-		return nil, err
-	}
-	if st, err := os.Stat(o.Out); err == nil {
-		step("wrote %s (%d bytes): release %s, %d layers", o.Out, st.Size(), version, len(m.Layers))
+	if o.Netboot != "" {
+		if err := buildNetboot(tree, work, o.Netboot, version, slotPath, o.KernelArgs, epoch); err != nil {
+			return nil, fmt.Errorf("the network boot's files: %w", err)
+		}
+		step("wrote the network boot's files into %s: %s (GRUB, for UEFI PXE or HTTP boot), %s (an iPXE script), %s, %s, %s", o.Netboot,
+			NetbootEFI, NetbootIPXE, NetbootKernel, NetbootInitramfs, NetbootArchive)
 	}
 	return m, nil
 }

@@ -33,6 +33,7 @@ func testRelease(t *testing.T) string {
 	for _, args := range [][]string{
 		{"mkfs.vfat", "--invariant", "-n", "LIKEN-SLOT", "-C", slot, "2048"},
 		{"mcopy", "-i", slot, "/etc/hostname", "::/vmlinuz"},
+		{"mcopy", "-i", slot, "/etc/os-release", "::/initramfs.img"},
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v %s", args[0], err, out)
@@ -115,7 +116,8 @@ func TestInstallerImageLayout(t *testing.T) {
 	channel, pin, root := testChannel(t)
 	layers := exampleLayers(t, root)
 	out := filepath.Join(t.TempDir(), "installer.iso")
-	o := Options{Channel: "file://" + channel, Pin: pin, Layers: layers, KernelArgs: "console=ttyS1,9600", Out: out}
+	net := t.TempDir()
+	o := Options{Channel: "file://" + channel, Pin: pin, Layers: layers, KernelArgs: "console=ttyS1,9600", Out: out, Netboot: net}
 	m, err := Build(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -189,15 +191,49 @@ func TestInstallerImageLayout(t *testing.T) {
 		t.Errorf("the EFI system partition does not hold GRUB at %s: %v\n%s", bootloader.EFIBinary, err, ls)
 	}
 
+	// The network boot: the release's kernel and initramfs (as in its slot image), the
+	// installer's files as an initrd under /installer, GRUB holding their digests and the
+	// manifest's, and an iPXE script.
+	slotImg := filepath.Join(x, "slot.img")
+	for _, name := range []string{NetbootKernel, NetbootInitramfs} {
+		want, err := exec.Command("mtype", "-i", slotImg, "::/"+name).Output()
+		got, _ := os.ReadFile(filepath.Join(net, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s is not the slot image's: %v", name, err)
+		}
+	}
+	list, err := exec.Command("cpio", "-t", "-F", filepath.Join(net, NetbootArchive)).CombinedOutput()
+	if err != nil || !strings.Contains(string(list), "installer/"+ManifestPath+"\n") || !strings.Contains(string(list), "installer/"+rd+"/slot.img\n") || strings.Contains(string(list), BootImage) {
+		t.Errorf("the installer archive: %v\n%s", err, list)
+	}
+	efi, _ := os.ReadFile(filepath.Join(net, NetbootEFI))
+	kernel, _ := os.ReadFile(filepath.Join(net, NetbootKernel))
+	ks := sha256.Sum256(kernel)
+	mb, _ := os.ReadFile(filepath.Join(x, "m.json"))
+	ms := sha256.Sum256(mb)
+	if !bytes.Contains(efi, []byte(hex.EncodeToString(ks[:])+"  "+NetbootKernel+"\n")) || !bytes.Contains(efi, []byte("set liken_manifest=sha256:"+hex.EncodeToString(ms[:]))) {
+		t.Error("the network GRUB does not hold the kernel's and the manifest's digests")
+	}
+	if ipxe, _ := os.ReadFile(filepath.Join(net, NetbootIPXE)); !strings.HasPrefix(string(ipxe), "#!ipxe\n") || !strings.Contains(string(ipxe), "initrd "+NetbootArchive+"\n") {
+		t.Errorf("the iPXE script:\n%s", ipxe)
+	}
+
 	time.Sleep(1100 * time.Millisecond) // another second: file times must not leak in
 	out2 := filepath.Join(t.TempDir(), "again.iso")
-	o.Out = out2
+	o.Out, o.Netboot = out2, t.TempDir()
 	if _, err := Build(t.Context(), o); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out2)
 	if sa, sb := sha256.Sum256(img), sha256.Sum256(a); sa != sb {
 		t.Errorf("two builds differ: sha256 %x and %x", sa, sb)
+	}
+	for _, name := range []string{NetbootEFI, NetbootArchive, NetbootIPXE} {
+		a, _ := os.ReadFile(filepath.Join(net, name))
+		b, _ := os.ReadFile(filepath.Join(o.Netboot, name))
+		if !bytes.Equal(a, b) {
+			t.Errorf("two builds' %s differ", name)
+		}
 	}
 	t.Logf("installer image: %d bytes (a test release of %d bytes and two layers)", len(img), len(want))
 }
@@ -223,11 +259,9 @@ func TestInstallerRefuses(t *testing.T) {
 	if err := build(exampleLayers(t, otherRoot)); err == nil || !strings.Contains(err.Error(), "is not put in the installer") {
 		t.Errorf("a Cluster trusting another channel's root: %v", err)
 	}
-	os.WriteFile(filepath.Join(channel, testVersion, "bootx64.efi"), []byte("another GRUB"), 0o644)
-	if err := build(layers); err == nil {
-		t.Error("a changed GRUB image was taken")
-	} else {
-		t.Logf("a changed GRUB image: %v", err)
+	os.WriteFile(filepath.Join(channel, testVersion, "bootx64.efi"), bytes.Repeat([]byte("BURG"), 1000), 0o644) // its size, other bytes
+	if err := build(layers); err == nil || !strings.Contains(err.Error(), "bootx64.efi does not match its pin") {
+		t.Errorf("a changed GRUB image: %v", err)
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("an image was written for a refused build")

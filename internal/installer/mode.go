@@ -27,6 +27,9 @@ import (
 type Env struct {
 	// Medium is where the installer image is mounted (initramfs.MediumDir).
 	Medium string
+	// ManifestDigest, when set, is the manifest's digest as the boot loader was built with
+	// it (liken.install.manifest=): a network boot's files are checked against it.
+	ManifestDigest string
 	// Dev and Sys are "/dev" and "/sys" (a test's trees elsewhere).
 	Dev, Sys string
 	// MACs and Serial identify the machine, as spec.match names it.
@@ -61,6 +64,12 @@ func Decide(env Env) (*Plan, error) {
 	b, err := os.ReadFile(filepath.Join(env.Medium, ManifestPath))
 	if err != nil {
 		return nil, fmt.Errorf("reading the installer's manifest: %w", err)
+	}
+	if env.ManifestDigest != "" {
+		h := sha256.Sum256(b)
+		if got := "sha256:" + hex.EncodeToString(h[:]); got != env.ManifestDigest {
+			return nil, &Refusal{Why: fmt.Sprintf("the installer's manifest is %s, not the %s its boot loader was built with: the installer's files are not the ones built with it", got, env.ManifestDigest)}
+		}
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil || m.Schema != Schema {

@@ -66,6 +66,10 @@ type Machine struct {
 	// disk holds nothing it boots: an installer's CD boots once, and the machine it
 	// installed boots its disk after.
 	CDROM string
+	// Netboot, when set, is a directory the first NIC's DHCP server (QEMU's) serves by TFTP,
+	// giving the installer's network GRUB as the boot file; the firmware's own PXE boots it
+	// (no iPXE option ROM), after the first disk, when that holds nothing to boot.
+	Netboot string
 	// Watchdog is the hardware watchdog: "" is an i6300ESB card; "tco" is the TCO timer
 	// of the Q35 chipset's LPC bridge (ICH9), which iTCO_wdt drives, set to reset the
 	// machine (QEMU's default straps it not to), and no card.
@@ -160,6 +164,11 @@ func (m Machine) Args() ([]string, error) {
 				nic += ",hostfwd=" + f
 			}
 		}
+		if i == 0 && m.Netboot != "" {
+			nd := strings.Replace(nic, "user,model=virtio-net-pci,mac="+mac, "user,id=net0,tftp="+m.Netboot+",bootfile=bootx64.efi", 1)
+			args = append(args, "-netdev", nd, "-device", "virtio-net-pci,netdev=net0,mac="+mac+",romfile=,bootindex=1")
+			continue
+		}
 		args = append(args, "-nic", nic)
 	}
 	if m.Private != "" {
@@ -171,13 +180,14 @@ func (m Machine) Args() ([]string, error) {
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}
-		if d.SectorSize == 0 && d.Serial == "" && m.CDROM == "" {
+		bootOrder := m.CDROM != "" || m.Netboot != ""
+		if d.SectorSize == 0 && d.Serial == "" && !bootOrder {
 			args = append(args, "-drive", spec+",if=virtio")
 			continue
 		}
 		id := fmt.Sprintf("disk%d", i)
 		dev := "virtio-blk-pci,drive=" + id
-		if i == 0 && m.CDROM != "" {
+		if i == 0 && bootOrder {
 			dev += ",bootindex=0"
 		}
 		if d.SectorSize != 0 {

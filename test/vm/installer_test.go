@@ -25,16 +25,17 @@ import (
 // slot image in it; the install mode finds vm-1 by its MAC, installs the one disk from the
 // image's copy of the channel (checked offline against the Cluster's root) and reboots; the
 // firmware boots the disk, and vm-1 joins the cluster running release A from slot A. A
-// second machine, whose disk holds a file system, is refused: the console says why, the
-// machine powers itself off, and the disk's bytes are unchanged.
+// machine booted from the network with the same installer (the firmware's PXE from QEMU's
+// TFTP), whose disk holds a file system, is refused: the console says why, the machine powers
+// itself off, and the disk's bytes are unchanged.
 func TestInstallerInstallsAMachine(t *testing.T) {
 	vmTest(t)
 	j, res, _ := prepareJoin(t, apiserver.Options{}, []string{vmMachine})
 	dir := t.TempDir()
-	iso := filepath.Join(dir, "installer.iso")
+	iso, net := filepath.Join(dir, "installer.iso"), filepath.Join(dir, "netboot")
 	start := time.Now()
 	m, err := installer.Build(t.Context(), installer.Options{
-		Channel: "file://" + j.channel.dir, Pin: j.channel.pins[releaseA], Layers: []string{res.Layers[v1alpha1.RoleServer]}, Out: iso,
+		Channel: "file://" + j.channel.dir, Pin: j.channel.pins[releaseA], Layers: []string{res.Layers[v1alpha1.RoleServer]}, Out: iso, Netboot: net,
 		// A refusal's minute before the power-off, shortened for the test.
 		KernelArgs: qemu.InstallArgs(false, "quiet liken.test.api="+j.guestAPI+" liken.test.node=simulated liken.test.installer-wait=2"),
 	})
@@ -48,7 +49,9 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 	}
 	size := int64(disk.DefaultLayout.MinSizeMiB()+16) << 20
 
-	// Refused: a disk holding a file system, nothing written.
+	// Refused, booted from the network (the same installer's network boot: QEMU's DHCP and
+	// TFTP, the firmware's PXE, liken's network GRUB, which checks the kernel and initramfs
+	// against the release's digests): a disk holding a file system, nothing written.
 	held := filepath.Join(dir, "held.img")
 	if err := os.WriteFile(held, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -58,9 +61,10 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 		t.Fatalf("mkfs.ext4: %v %s", err, out)
 	}
 	before := imageSum(t, held)
-	r := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: held, Serial: "held"}}, CDROM: iso, NICs: []string{vmMAC}})
-	expect(t, r, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
-	expect(t, r, "liken-init: installer medium /dev/sr0 mounted", 120*time.Second)
+	// The installer's files come as an initrd, unpacked into memory beside the kernel's own.
+	r := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: held, Serial: "held"}}, Netboot: net, NICs: []string{vmMAC}, MemoryMiB: 2048})
+	netGRUB := expect(t, r, "liken-installer: booting the installer of release "+m.Version+" from (tftp,10.0.2.2)", 180*time.Second)
+	netInit := expect(t, r, "liken-init: installer medium the boot loader's second initrd (/installer) mounted", 600*time.Second)
 	expect(t, r, "liken-installer: refused: /dev/vda is not empty: it holds an ext2/3/4 file system. Nothing was written: to install over it, set Machine vm-1's spec.install {disk: ..., wipe: {serial: \"held\", contentID: \"sha256:", 180*time.Second)
 	if _, err := r.Wait(90 * time.Second); err != nil {
 		t.Fatalf("the refused machine did not power off: %v", err)
@@ -78,6 +82,7 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 	vstart := time.Now()
 	v := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: empty}}, CDROM: iso, NICs: []string{vmMAC}, AllowReboot: true})
 	grub := expect(t, v, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
+	expect(t, v, "liken-init: installer medium /dev/sr0 mounted", 120*time.Second)
 	expect(t, v, "liken-installer: this is Machine vm-1 (server, found by MAC 52:54:00:12:34:01); installing release "+releaseA+" on /dev/vda (the one disk that can be the install disk", 240*time.Second)
 	expect(t, v, "install: release "+releaseA+" ("+j.channel.pins[releaseA]+") is what the channel's keys signed", 60*time.Second)
 	installed := expect(t, v, "liken-installer: installed Machine vm-1 on /dev/vda in", 600*time.Second)
@@ -87,8 +92,11 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 		return running(m, "A", releaseA)
 	})
 	joinedAt := time.Since(vstart)
-	report.Line("installer image (ISO 9660 + El Torito EFI + GPT for USB) of release %s and one layer: %d bytes, built in %s; booted as a CD (TCG): GRUB %s, installed %s, the installed machine joined %s from QEMU's start",
+	report.Line("installer image (ISO 9660 + El Torito EFI + GPT for USB) of release %s and one layer: %d bytes, built with its network boot in %s; booted as a CD (TCG): GRUB %s, installed %s, the installed machine joined %s from QEMU's start",
 		m.Version, st.Size(), built.Round(100*time.Millisecond), grub.Round(100*time.Millisecond), installed.Round(100*time.Millisecond), joinedAt.Round(time.Second))
+	arch, _ := os.Stat(filepath.Join(net, installer.NetbootArchive))
+	report.Line("installer network boot (TCG, QEMU's TFTP, the firmware's PXE): GRUB %s, the initramfs found the installer's files (an initrd of %d bytes) %s from QEMU's start",
+		netGRUB.Round(100*time.Millisecond), arch.Size(), netInit.Round(100*time.Millisecond))
 }
 
 // imageSum is the SHA-256 of a whole disk image.
