@@ -100,8 +100,8 @@ type Options struct {
 	// (its files: NetbootEFI and the others); at least one. Work is a directory for the
 	// steps (a temporary one if empty).
 	Out, Netboot, Work string
-	Fetcher   *release.Fetcher
-	Log       io.Writer
+	Fetcher            *release.Fetcher
+	Log                io.Writer
 }
 
 // embeddedConfig is the installer GRUB's own: find the image by its manifest, on a CD (ISO
