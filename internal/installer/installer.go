@@ -33,6 +33,7 @@ import (
 	apirelease "liken.dev/liken/api/release"
 	"liken.dev/liken/api/v1alpha1"
 	"liken.dev/liken/internal/bootloader"
+	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/install"
 	"liken.dev/liken/internal/layer"
 	"liken.dev/liken/internal/release"
@@ -42,7 +43,7 @@ import (
 // Paths in the image.
 const (
 	// VolumeID is the ISO 9660 volume's name, which the install mode looks for.
-	VolumeID = "LIKEN_INSTALL"
+	VolumeID = initramfs.InstallerVolume
 	// ManifestPath says what the image holds; GRUB finds the image by it.
 	ManifestPath = "liken/installer.json"
 	// ChannelDir is a copy of the channel with the one release (ChannelDir/VERSION/) and

@@ -15,6 +15,7 @@ import (
 
 	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/cpio"
+	"liken.dev/liken/internal/initramfs"
 )
 
 // The files of a network boot (Options.Netboot), served from one directory by TFTP or HTTP.
@@ -131,7 +132,8 @@ func writeArchive(tree, out string) error {
 	}
 	defer os.Remove(tmp)
 	w := cpio.NewWriter(f)
-	if err := w.Write(cpio.Entry{Name: "installer", Mode: cpio.ModeDir | 0o755}); err != nil {
+	top := strings.TrimPrefix(initramfs.InitrdMedium, "/")
+	if err := w.Write(cpio.Entry{Name: top, Mode: cpio.ModeDir | 0o755}); err != nil {
 		return err
 	}
 	err = filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
@@ -145,13 +147,13 @@ func writeArchive(tree, out string) error {
 		case rel == filepath.Dir(BootImage):
 			return filepath.SkipDir
 		case d.IsDir():
-			return w.Write(cpio.Entry{Name: "installer/" + filepath.ToSlash(rel), Mode: cpio.ModeDir | 0o755})
+			return w.Write(cpio.Entry{Name: top + "/" + filepath.ToSlash(rel), Mode: cpio.ModeDir | 0o755})
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		return w.Write(cpio.Entry{Name: "installer/" + filepath.ToSlash(rel), Mode: cpio.ModeRegular | 0o644, Data: b})
+		return w.Write(cpio.Entry{Name: top + "/" + filepath.ToSlash(rel), Mode: cpio.ModeRegular | 0o644, Data: b})
 	})
 	if err == nil {
 		err = w.Close()
