@@ -5,11 +5,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"liken.dev/liken/internal/host/datadisk"
+	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/install"
 )
 
@@ -24,7 +24,7 @@ func ImageTools() install.Tools {
 // loopPut mounts the FAT image img on a loop device, makes dirs, copies files in, and
 // unmounts it (the loop device goes with the mount: LO_FLAGS_AUTOCLEAR).
 func loopPut(img string, dirs []string, files map[string]string) (err error) {
-	loop, err := attach(img)
+	loop, err := initramfs.AttachLoop(img, unix.LO_FLAGS_AUTOCLEAR)
 	if err != nil {
 		return err
 	}
@@ -73,45 +73,4 @@ func copyTo(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// attach attaches file read-write to a free loop device that detaches itself when its
-// last user (the mount) goes.
-func attach(file string) (string, error) {
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		return "", fmt.Errorf("opening /dev/loop-control: %w", err)
-	}
-	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		return "", fmt.Errorf("finding a free loop device: %w", err)
-	}
-	dev := fmt.Sprintf("/dev/loop%d", n)
-	backing, err := os.OpenFile(file, os.O_RDWR, 0)
-	if err != nil {
-		return "", err
-	}
-	defer backing.Close()
-	var lf *os.File
-	for i := 0; i < 50; i++ { // devtmpfs creates the node as the device appears
-		if lf, err = os.OpenFile(dev, os.O_RDWR, 0); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return "", fmt.Errorf("opening %s: %w", dev, err)
-	}
-	defer lf.Close()
-	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(backing.Fd())); err != nil {
-		return "", fmt.Errorf("attaching %s to %s: %w", file, dev, err)
-	}
-	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_AUTOCLEAR}
-	copy(info.File_name[:], filepath.Base(file))
-	if err := unix.IoctlLoopSetStatus64(int(lf.Fd()), &info); err != nil {
-		unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_CLR_FD, 0)
-		return "", fmt.Errorf("configuring %s: %w", dev, err)
-	}
-	return dev, nil
 }

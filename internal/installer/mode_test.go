@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"liken.dev/liken/api/v1alpha1"
+	"liken.dev/liken/internal/bootloader"
 	"liken.dev/liken/internal/disk"
 	"liken.dev/liken/internal/disk/looptest"
 	"liken.dev/liken/internal/host/datadisk"
@@ -69,7 +71,16 @@ func TestInstallModeInstallsTheMatchedMachine(t *testing.T) {
 		spec["install"] = map[string]any{"disk": loop}
 	})
 	var log bytes.Buffer
-	env := Env{Medium: dir, Dev: "/dev", Sys: "/sys", MACs: map[string]bool{"52:54:00:00:00:02": true}, Tools: install.HostTools, Log: &log}
+	// The host's mkfs tools, and the installer's own way into a FAT image (a loop device
+	// and the kernel's vfat), as the release image has no mtools, where this kernel has
+	// vfat (the VM test's always has).
+	tools := install.HostTools
+	if fs, _ := os.ReadFile("/proc/filesystems"); bytes.Contains(fs, []byte("\tvfat\n")) {
+		tools.PutFiles = loopPut
+	} else {
+		t.Log("this kernel has no vfat: the ESP's files are put with mtools here; test/vm's TestInstallerInstallsAMachine puts them as the installer does")
+	}
+	env := Env{Medium: dir, Dev: "/dev", Sys: "/sys", MACs: map[string]bool{"52:54:00:00:00:02": true}, Tools: tools, Log: &log}
 	p, err := Decide(env)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +101,17 @@ func TestInstallModeInstallsTheMatchedMachine(t *testing.T) {
 	}
 	if res.Machine != "server-2" || idx.Machine != "server-2" || len(idx.Machines) != 1 {
 		t.Errorf("installed for %s; the disk's layer is bound to %s and holds %v", res.Machine, idx.Machine, idx.Machines)
+	}
+	// The ESP holds GRUB and liken's configuration, as mtools reads it.
+	parts, err := disk.Read(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	esp := fmt.Sprintf("%s@@%d", img, parts[disk.ESP].Offset)
+	for _, f := range []string{bootloader.EFIBinary, bootloader.Config, bootloader.EnvFile} {
+		if out, err := exec.Command("mtype", "-i", esp, "::/"+f).Output(); err != nil || len(out) == 0 {
+			t.Errorf("the ESP has no %s: %v", f, err)
+		}
 	}
 	before := sum(t, img)
 	_, err = Decide(env)
