@@ -195,43 +195,48 @@ func approve(cmd *cobra.Command, lc *kube.Client, name, who string, w waiting, s
 	if r := m.Spec.Reboot; r != nil && r.Approval != nil && r.Approval.PendingHash == a.PendingHash {
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s: this pending set was approved already (by %s); approving it again\n", name, r.Approval.ApprovedBy)
 	}
-	// The resourceVersion makes the write fail if the Machine changed since it was read: an
-	// approval is only given for the set shown here. The approval is replaced whole: a merge
-	// patch keeps a field it leaves out, and an earlier approval's serversDown must not
-	// outlive it.
+	// The approval is given only for the set shown here: the patch tests, where the API
+	// server applies it, that the spec is the one read (its generation) and the pending set
+	// the one shown, so an edit meanwhile refuses it, and a change of status alone (the agent
+	// refreshing its conditions or progress, however often) does not. The approval is
+	// replaced whole: an earlier approval's serversDown must not outlive it.
 	var prev *v1alpha1.RebootApproval
 	if m.Spec.Reboot != nil {
 		prev = m.Spec.Reboot.Approval
 	}
-	fields := map[string]any{"pendingHash": a.PendingHash, "approvedAt": v1alpha1.NewApprovalTime(prev, a.PendingHash, time.Now()), "approvedBy": nil, "serversDown": nil}
+	fields := map[string]any{"pendingHash": a.PendingHash, "approvedAt": v1alpha1.NewApprovalTime(prev, a.PendingHash, time.Now())}
 	if who != "" {
 		fields["approvedBy"] = who
 	}
 	if len(serversDown) > 0 {
 		fields["serversDown"] = serversDown
 	}
-	// A conflict from a change of status alone (the agent refreshing its conditions or
-	// progress: the same spec, the same pending set, seen by the agent) leaves what is
-	// approved as it was: the write is made again on the newer version. Any other change
-	// refuses the approval.
-	for attempt := 0; ; attempt++ {
-		patch, _ := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": m.ResourceVersion},
-			"spec":     map[string]any{"reboot": map[string]any{"approval": fields}},
-		})
-		_, err := lc.PatchMachine(cmd.Context(), name, patch)
-		if err == nil {
-			return a, nil
-		}
-		if !apierrors.IsConflict(err) {
-			return approval{}, fmt.Errorf("writing the approval: %w", err)
-		}
-		now, rerr := lc.Machine(cmd.Context(), name)
-		if rerr != nil || attempt >= 4 || !sameApproval(m, now) {
-			return approval{}, errors.New("the Machine changed while it was being approved; look at its pending set again")
-		}
-		m = now
+	if err := writeApproval(cmd.Context(), lc, m, fields); err != nil {
+		return approval{}, err
 	}
+	return a, nil
+}
+
+// writeApproval writes fields as m's approval if m's spec and pending set are still the ones
+// read (see approve).
+func writeApproval(ctx context.Context, lc *kube.Client, m *v1alpha1.Machine, fields map[string]any) error {
+	ops := []map[string]any{
+		{"op": "test", "path": "/metadata/generation", "value": m.Generation},
+		{"op": "test", "path": "/status/pendingHash", "value": m.Status.PendingHash},
+	}
+	if m.Spec.Reboot == nil {
+		ops = append(ops, map[string]any{"op": "add", "path": "/spec/reboot", "value": map[string]any{"approval": fields}})
+	} else {
+		ops = append(ops, map[string]any{"op": "add", "path": "/spec/reboot/approval", "value": fields})
+	}
+	patch, _ := json.Marshal(ops)
+	if _, err := lc.PatchMachineJSON(ctx, m.Name, patch); err != nil {
+		if now, rerr := lc.Machine(ctx, m.Name); rerr == nil && !sameApproval(m, now) {
+			return errors.New("the Machine changed while it was being approved; look at its pending set again")
+		}
+		return fmt.Errorf("writing the approval: %w", err)
+	}
+	return nil
 }
 
 // sameApproval says whether the Machine now differs from the one read only in its status,

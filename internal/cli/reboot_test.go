@@ -169,7 +169,41 @@ func TestApproveRebootWaitsForTheAgent(t *testing.T) {
 		if n := <-done; n < 5 {
 			t.Errorf("the status was refreshed only %d times meanwhile: the test proves little", n)
 		}
-		// A change of spec still refuses: the pending set the approval named may be gone.
+	})
+
+	t.Run("an edit of the spec meanwhile", func(t *testing.T) {
+		// A change of spec between the read and the write refuses the approval: the pending
+		// set it named may be gone. A change of status alone does not.
+		machine(t, "wait-5")
+		read, err := lc.Machine(t.Context(), "wait-5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := map[string]any{"pendingHash": read.Status.PendingHash, "approvedAt": metav1.Now()}
+		cur := read.DeepCopy()
+		cur.Status.Reboot.Message = "refreshed"
+		if _, err := lc.UpdateMachineStatus(t.Context(), cur); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeApproval(t.Context(), lc, read, fields); err != nil {
+			t.Fatalf("after a change of status alone: %v", err)
+		}
+		if a := approvalOf(t, "wait-5"); a == nil || a.PendingHash != read.Status.PendingHash {
+			t.Fatalf("the approval written: %+v", a)
+		}
+		read, _ = lc.Machine(t.Context(), "wait-5")
+		edited := read.DeepCopy()
+		edited.Spec.KernelModules = []v1alpha1.KernelModule{{Name: "dummy"}}
+		if _, err := lc.UpdateMachine(t.Context(), edited); err != nil {
+			t.Fatal(err)
+		}
+		err = writeApproval(t.Context(), lc, read, map[string]any{"pendingHash": "sha256:" + strings.Repeat("a", 64), "approvedAt": metav1.Now()})
+		if err == nil || !strings.Contains(err.Error(), "the Machine changed while it was being approved") {
+			t.Errorf("after an edit of the spec: %v", err)
+		}
+		if a := approvalOf(t, "wait-5"); a == nil || a.PendingHash != read.Status.PendingHash {
+			t.Errorf("the refused approval was written: %+v", a)
+		}
 	})
 
 	t.Run("an agent that does not report", func(t *testing.T) {

@@ -95,6 +95,15 @@ func (c *Client) PatchMachine(ctx context.Context, name string, mergePatch []byt
 	return out, err
 }
 
+// PatchMachineJSON applies a JSON patch (RFC 6902) to a Machine: the API server applies it
+// to the Machine as it is when the write lands, and its "test" operations make the whole
+// patch fail unless what they name still holds.
+func (c *Client) PatchMachineJSON(ctx context.Context, name string, jsonPatch []byte) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.rest.Patch(types.JSONPatchType).Resource("machines").Name(name).Body(jsonPatch).Do(ctx).Into(out)
+	return out, err
+}
+
 // UpdateCluster writes the Cluster (spec and metadata).
 func (c *Client) UpdateCluster(ctx context.Context, cl *v1alpha1.Cluster) (*v1alpha1.Cluster, error) {
 	out := &v1alpha1.Cluster{}
