@@ -14,9 +14,9 @@ func attachLoop(file string) (string, error) {
 	return AttachLoop(file, unix.LO_FLAGS_READ_ONLY)
 }
 
-// AttachLoop attaches file to a free loop device with flags (unix.LO_FLAGS_READ_ONLY,
-// unix.LO_FLAGS_AUTOCLEAR: detached when its last user, a mount, goes) and returns the
-// device.
+// AttachLoop attaches file to a free loop device with flags (unix.LO_FLAGS_READ_ONLY) and
+// returns the device. (Not LO_FLAGS_AUTOCLEAR: that detaches the device as this function
+// closes it, before anything mounts it; DetachLoop detaches it.)
 func AttachLoop(file string, flags uint32) (string, error) {
 	mode := os.O_RDWR
 	if flags&unix.LO_FLAGS_READ_ONLY != 0 {
@@ -58,4 +58,17 @@ func AttachLoop(file string, flags uint32) (string, error) {
 		return "", fmt.Errorf("configuring %s: %w", dev, err)
 	}
 	return dev, nil
+}
+
+// DetachLoop detaches a loop device AttachLoop attached, once nothing uses it.
+func DetachLoop(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil {
+		return fmt.Errorf("detaching %s: %w", dev, err)
+	}
+	return nil
 }

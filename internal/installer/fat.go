@@ -21,13 +21,18 @@ func ImageTools() install.Tools {
 	return install.Tools{Mke2fs: t.Mke2fs, MkfsFat: t.MkfsFat, PutFiles: loopPut}
 }
 
-// loopPut mounts the FAT image img on a loop device, makes dirs, copies files in, and
-// unmounts it (the loop device goes with the mount: LO_FLAGS_AUTOCLEAR).
+// loopPut mounts the FAT image img on a loop device, makes dirs, copies files in, unmounts
+// it and detaches the loop device.
 func loopPut(img string, dirs []string, files map[string]string) (err error) {
-	loop, err := initramfs.AttachLoop(img, unix.LO_FLAGS_AUTOCLEAR)
+	loop, err := initramfs.AttachLoop(img, 0)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if derr := initramfs.DetachLoop(loop); derr != nil && err == nil {
+			err = derr
+		}
+	}()
 	mnt, err := os.MkdirTemp("", "liken-fat-")
 	if err != nil {
 		return err
