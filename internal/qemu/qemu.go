@@ -66,6 +66,9 @@ type Machine struct {
 	// disk holds nothing it boots: an installer's CD boots once, and the machine it
 	// installed boots its disk after.
 	CDROM string
+	// USB, when set, is a disk image on a USB stick (USB 3, xHCI), which the firmware boots
+	// after the first disk, as CDROM.
+	USB string
 	// Netboot, when set, is a directory the first NIC's DHCP server (QEMU's) serves by TFTP,
 	// giving the installer's network GRUB as the boot file; the firmware's own PXE boots it
 	// (no iPXE option ROM), after the first disk, when that holds nothing to boot.
@@ -120,6 +123,10 @@ func (m Machine) Args() ([]string, error) {
 	}
 	if m.CDROM != "" {
 		args = append(args, "-drive", "file="+m.CDROM+",if=none,id=cd,media=cdrom,readonly=on,format=raw", "-device", "ide-cd,drive=cd,bus=ide.0,bootindex=1")
+	}
+	if m.USB != "" {
+		args = append(args, "-drive", "file="+m.USB+",if=none,id=usbstick,readonly=on,format=raw", "-device", "qemu-xhci,id=xhci",
+			"-device", "usb-storage,bus=xhci.0,drive=usbstick,removable=on,bootindex=1")
 	}
 	if m.Screen {
 		args = append(args, "-vga", "std")
@@ -180,7 +187,7 @@ func (m Machine) Args() ([]string, error) {
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}
-		bootOrder := m.CDROM != "" || m.Netboot != ""
+		bootOrder := m.CDROM != "" || m.Netboot != "" || m.USB != ""
 		if d.SectorSize == 0 && d.Serial == "" && !bootOrder {
 			args = append(args, "-drive", spec+",if=virtio")
 			continue

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -27,7 +28,8 @@ import (
 // firmware boots the disk, and vm-1 joins the cluster running release A from slot A. A
 // machine booted from the network with the same installer (the firmware's PXE from QEMU's
 // TFTP), whose disk holds a file system, is refused: the console says why, the machine powers
-// itself off, and the disk's bytes are unchanged.
+// itself off, and the disk's bytes are unchanged; so is one booted from the image on a USB
+// stick, whose disk is too small.
 func TestInstallerInstallsAMachine(t *testing.T) {
 	vmTest(t)
 	j, res, _ := prepareJoin(t, apiserver.Options{}, []string{vmMachine})
@@ -77,6 +79,25 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 	if imageSum(t, held) != before {
 		t.Error("the refused disk's bytes changed")
 	}
+
+	// Refused, booted from a USB stick (the same image written to it: the firmware boots
+	// its GPT's EFI system partition, the initramfs finds the ISO 9660 volume on the stick's
+	// whole disk): a disk too small to install on, nothing written.
+	small := filepath.Join(dir, "small.img")
+	if err := os.WriteFile(small, make([]byte, 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: small}}, USB: iso, NICs: []string{vmMAC}})
+	usbGRUB := expect(t, u, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
+	expect(t, u, "liken-init: installer medium /dev/sda mounted", 120*time.Second)
+	usbRefused := expect(t, u, "liken-installer: refused: no disk to install on: vda (64 MiB: smaller than the 3154 MiB liken needs)", 180*time.Second)
+	if _, err := u.Wait(90 * time.Second); err != nil {
+		t.Fatalf("the refused machine did not power off: %v", err)
+	}
+	if b, _ := os.ReadFile(small); !bytes.Equal(b, make([]byte, 64<<20)) {
+		t.Error("the refused small disk was written")
+	}
+	report.Line("installer image on a USB stick (TCG, xHCI): GRUB %s, refused (a 64 MiB disk) %s from QEMU's start", usbGRUB.Round(100*time.Millisecond), usbRefused.Round(100*time.Millisecond))
 
 	// Installed: an empty disk.
 	empty := filepath.Join(dir, "vm-1.img")
