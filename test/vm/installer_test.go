@@ -90,7 +90,7 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 	u := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: small}}, USB: iso, NICs: []string{vmMAC}})
 	usbGRUB := expect(t, u, "liken-installer: booting the installer of release "+m.Version, 180*time.Second)
 	expect(t, u, "liken-init: installer medium /dev/sda mounted", 120*time.Second)
-	usbRefused := expect(t, u, "liken-installer: refused: no disk to install on: vda (64 MiB: smaller than the 3154 MiB liken needs)", 180*time.Second)
+	usbRefused := expect(t, u, "liken-installer: refused: no disk to install on: sda (the installer's own medium), vda (64 MiB: smaller than the 3154 MiB liken needs)", 180*time.Second)
 	if _, err := u.Wait(90 * time.Second); err != nil {
 		t.Fatalf("the refused machine did not power off: %v", err)
 	}
