@@ -67,6 +67,13 @@ func buildNetboot(tree, work, dir, version, slotPath, kernelArgs string, epoch t
 			return fmt.Errorf("taking %s from the slot image: %w: %s", name, err, out)
 		}
 	}
+	// The installer's archive follows the initramfs in memory, and the kernel finds an
+	// archive only at a 4-byte boundary. GRUB aligns each initrd so; the kernel's EFI stub,
+	// loading iPXE's initrd= files, puts them end to end: the initramfs is padded with zeros,
+	// which the kernel skips after a compressed archive.
+	if err := padTo4(filepath.Join(dir, NetbootInitramfs)); err != nil {
+		return err
+	}
 	if err := writeArchive(tree, filepath.Join(dir, NetbootArchive)); err != nil {
 		return err
 	}
@@ -113,12 +120,25 @@ func buildNetboot(tree, work, dir, version, slotPath, kernelArgs string, epoch t
 # out as the DHCP boot file). iPXE boots the kernel and initramfs as they are served, checking
 # no digest: serve them over HTTPS (iPXE trusts its CAs) or on a network you trust, or boot
 # %s (GRUB), which checks them. What the installer writes is checked as from a CD.
-kernel %s liken.install=%s liken.install.manifest=%s console=tty0 console=ttyS0,115200 panic=5 apparmor=0 %s
+# initrd= names the initrds for the kernel's EFI stub where iPXE hands them over as files.
+kernel %s initrd=%s initrd=%s liken.install=%s liken.install.manifest=%s console=tty0 console=ttyS0,115200 panic=5 apparmor=0 %s
 initrd %s
 initrd %s
 boot
-`, version, NetbootEFI, NetbootKernel, slotPath, manifest, kernelArgs, NetbootInitramfs, NetbootArchive)
+`, version, NetbootEFI, NetbootKernel, NetbootInitramfs, NetbootArchive, slotPath, manifest, kernelArgs, NetbootInitramfs, NetbootArchive)
 	return os.WriteFile(filepath.Join(dir, NetbootIPXE), []byte(ipxe), 0o644)
+}
+
+// padTo4 pads a file with zeros to a multiple of 4 bytes.
+func padTo4(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if n := st.Size() % 4; n != 0 {
+		return os.Truncate(p, st.Size()+4-n)
+	}
+	return nil
 }
 
 // writeArchive writes the image's files (all but its boot image, which a network boot does

@@ -73,6 +73,9 @@ type Machine struct {
 	// giving the installer's network GRUB as the boot file; the firmware's own PXE boots it
 	// (no iPXE option ROM), after the first disk, when that holds nothing to boot.
 	Netboot string
+	// NetbootIPXE boots Netboot's iPXE script (liken.ipxe) with QEMU's iPXE option ROM
+	// instead.
+	NetbootIPXE bool
 	// Watchdog is the hardware watchdog: "" is an i6300ESB card; "tco" is the TCO timer
 	// of the Q35 chipset's LPC bridge (ICH9), which iTCO_wdt drives, set to reset the
 	// machine (QEMU's default straps it not to), and no card.
@@ -172,8 +175,14 @@ func (m Machine) Args() ([]string, error) {
 			}
 		}
 		if i == 0 && m.Netboot != "" {
-			nd := strings.Replace(nic, "user,model=virtio-net-pci,mac="+mac, "user,id=net0,tftp="+m.Netboot+",bootfile=bootx64.efi", 1)
-			args = append(args, "-netdev", nd, "-device", "virtio-net-pci,netdev=net0,mac="+mac+",romfile=,bootindex=1")
+			// The firmware's own PXE (no option ROM) boots GRUB; with NetbootIPXE, QEMU's iPXE
+			// ROM boots the iPXE script.
+			boot, rom := "bootx64.efi", ",romfile="
+			if m.NetbootIPXE {
+				boot, rom = "liken.ipxe", ""
+			}
+			nd := strings.Replace(nic, "user,model=virtio-net-pci,mac="+mac, "user,id=net0,tftp="+m.Netboot+",bootfile="+boot, 1)
+			args = append(args, "-netdev", nd, "-device", "virtio-net-pci,netdev=net0,mac="+mac+rom+",bootindex=1")
 			continue
 		}
 		args = append(args, "-nic", nic)

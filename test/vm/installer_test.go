@@ -80,6 +80,19 @@ func TestInstallerInstallsAMachine(t *testing.T) {
 		t.Error("the refused disk's bytes changed")
 	}
 
+	// Refused again, booted by iPXE (QEMU's NIC ROM) running the network boot's script: the
+	// same disk, still unchanged.
+	x := bootWith(t, Options{UEFI: true, VarsDir: t.TempDir(), Disks: []Disk{{Path: held, Serial: "held"}}, Netboot: net, NetbootIPXE: true, NICs: []string{vmMAC}, MemoryMiB: 2048})
+	ipxeInit := expect(t, x, "liken-init: installer medium the boot loader's second initrd (/installer) mounted", 300*time.Second)
+	expect(t, x, "liken-installer: refused: /dev/vda is not empty: it holds an ext2/3/4 file system.", 180*time.Second)
+	if _, err := x.Wait(90 * time.Second); err != nil {
+		t.Fatalf("the refused machine did not power off: %v", err)
+	}
+	if imageSum(t, held) != before {
+		t.Error("the refused disk's bytes changed")
+	}
+	report.Line("installer network boot by iPXE (TCG, QEMU's iPXE ROM and TFTP, liken.ipxe): the initramfs found the installer's files %s from QEMU's start", ipxeInit.Round(100*time.Millisecond))
+
 	// Refused, booted from a USB stick (the same image written to it: the firmware boots
 	// its GPT's EFI system partition, the initramfs finds the ISO 9660 volume on the stick's
 	// whole disk): a disk too small to install on, nothing written.

@@ -37,7 +37,7 @@ var expectedSeconds = map[string]int{
 	"TestNetworkPortsInVM":                  17,
 	"TestGRUBReadsEveryPowerCut":            13,
 	"TestGRUBFindsNoSerialPort":             13,
-	"TestInstallerInstallsAMachine":         150,
+	"TestInstallerInstallsAMachine":         190,
 	"TestBootToSystemStage":                 9,
 	"TestWaitEndsWhenAMachineStops":         6,
 }

@@ -65,6 +65,8 @@ type Options struct {
 	// CDROM is an ISO image in the machine's CD drive, USB a disk image on a USB stick;
 	// Netboot a directory the first NIC's network boots from by TFTP (qemu.Machine's).
 	CDROM, USB, Netboot string
+	// NetbootIPXE boots Netboot's iPXE script with QEMU's iPXE ROM.
+	NetbootIPXE bool
 }
 
 // Speed is how fast an emulated machine runs, relative to the host and to the test's own
@@ -150,7 +152,7 @@ func Boot(opts Options) (*VM, error) {
 	args, err := qemu.Machine{UEFI: opts.UEFI, VarsDir: opts.VarsDir, Kernel: opts.Kernel, Initrd: opts.Initrd, Append: opts.Append,
 		Disks: opts.Disks, MemoryMiB: opts.MemoryMiB, CPUs: opts.Speed.CPUs, Icount: opts.Speed.Icount, AllowReboot: opts.AllowReboot,
 		NICs: opts.NICs, Forward: opts.Forward, Private: opts.Private, PrivateMAC: opts.PrivateMAC, RTCBase: opts.RTCBase,
-		Screen: opts.Screen, NoCOM1: opts.NoCOM1, Watchdog: opts.Watchdog, CDROM: opts.CDROM, USB: opts.USB, Netboot: opts.Netboot}.Args()
+		Screen: opts.Screen, NoCOM1: opts.NoCOM1, Watchdog: opts.Watchdog, CDROM: opts.CDROM, USB: opts.USB, Netboot: opts.Netboot, NetbootIPXE: opts.NetbootIPXE}.Args()
 	if err != nil {
 		return nil, err
 	}
