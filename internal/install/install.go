@@ -194,15 +194,9 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	if ca := cluster.Spec.ChannelCA; ca != "" && o.Fetcher.Client == nil {
-		// The channel's server is proven as the machines will prove it.
-		pool, err := release.TrustPool(ca)
-		if err != nil {
-			return res, fmt.Errorf("the layer's Cluster: spec.channelCA: %w", err)
-		}
-		f := *o.Fetcher
-		f.RootCAs = pool
-		o.Fetcher = &f
+	// The channel's server is proven as the machines will prove it.
+	if o.Fetcher, err = o.Fetcher.Trusting(cluster.Spec.ChannelCA); err != nil {
+		return res, fmt.Errorf("the layer's Cluster: spec.channelCA: %w", err)
 	}
 	if int64(disk.LayerHeaderSize+len(layerData)+disk.LayerTrailerSize) > int64(o.Layout.LayerMiB)<<20 {
 		return res, fmt.Errorf("the layer (%d bytes) does not fit the %d MiB layer partition", len(layerData), o.Layout.LayerMiB)

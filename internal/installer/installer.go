@@ -176,14 +176,9 @@ func Build(ctx context.Context, o Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ca := cluster.Spec.ChannelCA; ca != "" && o.Fetcher.Client == nil {
-		pool, err := release.TrustPool(ca)
-		if err != nil {
-			return nil, fmt.Errorf("the layers' Cluster: spec.channelCA: %w", err)
-		}
-		f := *o.Fetcher
-		f.RootCAs = pool
-		o.Fetcher = &f
+	// The channel's server is proven as the machines will prove it.
+	if o.Fetcher, err = o.Fetcher.Trusting(cluster.Spec.ChannelCA); err != nil {
+		return nil, fmt.Errorf("the layers' Cluster: spec.channelCA: %w", err)
 	}
 	version := o.Version
 	if version == "" {

@@ -77,6 +77,21 @@ type Retry struct {
 
 const bufferSize = 1 << 20
 
+// Trusting is f trusting ca (PEM) besides the system's bundle, as the machines trust a
+// Cluster's spec.channelCA: a copy of f, or f itself when ca is empty or f has its own client.
+func (f *Fetcher) Trusting(ca string) (*Fetcher, error) {
+	if ca == "" || f.Client != nil {
+		return f, nil
+	}
+	pool, err := TrustPool(ca)
+	if err != nil {
+		return nil, err
+	}
+	c := *f
+	c.RootCAs = pool
+	return &c, nil
+}
+
 // TrustPool is the system's CAs and those of pem (a Cluster's spec.channelCA), for
 // Fetcher.RootCAs. pem must hold at least one certificate, and nothing else.
 func TrustPool(certs string) (*x509.CertPool, error) {
