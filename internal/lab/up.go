@@ -417,10 +417,16 @@ func (s *State) waitReady(ctx context.Context, timeout time.Duration, say func(s
 			nodesReady()
 			nodesReady = nil
 		}
-		if done == len(s.Machines) {
+		// Every Machine Ready is not every Node taking pods: on a starved server the
+		// controller manager lifts its not-ready taint after its Machine is Ready (ci30, the
+		// demo then was never deployed). What waits for the Nodes waits on.
+		if done == len(s.Machines) && nodesReady == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			if done == len(s.Machines) {
+				return fmt.Errorf("every machine was Ready, but not every Node took pods after %s (still tainted or cordoned: kubectl describe nodes)", timeout)
+			}
 			return fmt.Errorf("not every machine was Ready after %s", timeout)
 		}
 		select {
