@@ -11,7 +11,7 @@ import (
 // image's, and none from a file that is not one.
 func TestISOVolume(t *testing.T) {
 	if _, err := exec.LookPath("xorriso"); err != nil {
-		t.Skip("xorriso (Debian package xorriso; hack/deps.sh installs it)")
+		t.Fatal("xorriso (Debian package xorriso) is missing: hack/deps.sh installs it")
 	}
 	dir := t.TempDir()
 	tree := filepath.Join(dir, "tree")

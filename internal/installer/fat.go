@@ -2,7 +2,6 @@ package installer
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -11,6 +10,7 @@ import (
 	"liken.dev/liken/internal/host/datadisk"
 	"liken.dev/liken/internal/initramfs"
 	"liken.dev/liken/internal/install"
+	"liken.dev/liken/internal/release"
 )
 
 // ImageTools are the release image's: its mke2fs and mkfs.fat (datadisk.ImageTools), and
@@ -52,30 +52,9 @@ func loopPut(img string, dirs []string, files map[string]string) (err error) {
 		}
 	}
 	for name, src := range files {
-		if err := copyTo(src, filepath.Join(mnt, name)); err != nil {
+		if _, err := release.CopyFileSum(src, filepath.Join(mnt, name)); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func copyTo(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -111,16 +111,13 @@ func Decide(env Env) (*Plan, error) {
 		}
 	}
 	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
-	bound := ""
-	if len(machines) == 1 {
-		bound = machines[0].Name // the one Machine the image holds
+	mach, how, err := layer.Pick(machines, env.MACs, env.Serial, "")
+	if err != nil && len(machines) == 1 {
+		// Nothing matches, but the installer holds one Machine: it is this machine's.
+		mach, how, err = machines[0], "the only Machine the installer holds", nil
 	}
-	mach, how, err := layer.Pick(machines, env.MACs, env.Serial, bound)
 	if err != nil {
 		return nil, &Refusal{Why: err.Error()}
-	}
-	if how == "the name bound at install" {
-		how = "the only Machine the installer holds"
 	}
 	p.Machine, p.How = mach, how
 	l := layerOf[mach]

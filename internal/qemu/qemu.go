@@ -168,10 +168,10 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-nic", "none")
 	}
 	for i, mac := range m.NICs {
-		nic := "user,model=virtio-net-pci,mac=" + mac
+		fwd := ""
 		if i == 0 {
 			for _, f := range m.Forward {
-				nic += ",hostfwd=" + f
+				fwd += ",hostfwd=" + f
 			}
 		}
 		if i == 0 && m.Netboot != "" {
@@ -181,11 +181,11 @@ func (m Machine) Args() ([]string, error) {
 			if m.NetbootIPXE {
 				boot, rom = "liken.ipxe", ""
 			}
-			nd := strings.Replace(nic, "user,model=virtio-net-pci,mac="+mac, "user,id=net0,tftp="+m.Netboot+",bootfile="+boot, 1)
-			args = append(args, "-netdev", nd, "-device", "virtio-net-pci,netdev=net0,mac="+mac+rom+",bootindex=1")
+			args = append(args, "-netdev", "user,id=net0,tftp="+m.Netboot+",bootfile="+boot+fwd,
+				"-device", "virtio-net-pci,netdev=net0,mac="+mac+rom+",bootindex=1")
 			continue
 		}
-		args = append(args, "-nic", nic)
+		args = append(args, "-nic", "user,model=virtio-net-pci,mac="+mac+fwd)
 	}
 	if m.Private != "" {
 		args = append(args, "-netdev", "socket,id=private,mcast="+m.Private+",localaddr=127.0.0.1",
