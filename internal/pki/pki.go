@@ -80,6 +80,13 @@ func (ca *CA) ServingCert(commonName string, dnsNames []string, ips []net.IP, li
 		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, dnsNames, ips)
 }
 
+// PeerCert issues a certificate for both ends of a TLS connection (server and client), as
+// etcd's members use theirs: each serves its peers and dials them with the same one.
+func (ca *CA) PeerCert(commonName string, dnsNames []string, ips []net.IP, lifetime time.Duration) (Pair, error) {
+	return ca.issue(pkix.Name{CommonName: commonName}, lifetime,
+		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, dnsNames, ips)
+}
+
 func (ca *CA) issue(subject pkix.Name, lifetime time.Duration, usage []x509.ExtKeyUsage, dnsNames []string, ips []net.IP) (Pair, error) {
 	if subject.CommonName == "" {
 		return Pair{}, errors.New("issuing certificate: empty common name")

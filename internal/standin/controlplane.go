@@ -39,13 +39,13 @@ import (
 //	server/tls/client-{admin,controller,scheduler,kube-apiserver,auth-proxy}.*
 //	server/cred/{admin,controller,scheduler}.kubeconfig
 //	server/token, server/agent-token         the join tokens, as k3s writes them
-//	server/db/etcd                           etcd's data
+//	server/tls/etcd/*                        etcd's CAs (the layer's) and leaves, as k3s's
+//	server/db/etcd                           etcd's data; its member's name in db/etcd/name
 //	server/manifests                         applied as k3s's deploy controller applies them
 //	/etc/rancher/k3s/k3s.yaml                the admin kubeconfig (write-kubeconfig)
 //
-// Where it differs from k3s, on purpose and said here: etcd listens on loopback only and
-// without TLS (k3s serves etcd with TLS for other servers to join: the stand-in forms no
-// multi-server cluster); kube-apiserver listens on 6443 itself (k3s puts its supervisor there,
+// Where it differs from k3s, on purpose and said here: a server joins another through that
+// server's etcd, not k3s's supervisor (etcd.go); kube-apiserver listens on 6443 itself (k3s puts its supervisor there,
 // which also serves /cacerts and node certificates; the stand-in's machines take their node
 // credentials from liken's layer); component logs go to server/logs, not k3s's own output.
 type ControlPlane struct {
@@ -73,8 +73,15 @@ type ControlPlane struct {
 	// Args are further component flags, by component (kube-apiserver-arg, ...).
 	Args map[string][]string
 	Log  io.Writer
+	// Join is the server URL (k3s's --server) of a server whose cluster this one joins;
+	// empty, this server starts a cluster of its own (k3s's --cluster-init) unless its etcd
+	// is a member already. JoinEtcdPort is that server's etcd client port (2379, k3s's).
+	Join         string
+	JoinEtcdPort int
 	// Ports of the other components: k3s's defaults unless set (tests run several at once).
 	EtcdPort, EtcdPeerPort, ControllerPort, SchedulerPort int
+
+	etcd *etcdMember
 }
 
 // Components are the programs ControlPlane runs, in start order.
@@ -94,8 +101,9 @@ func (cp *ControlPlane) defaults() {
 		}
 	}
 	def(&cp.Port, 6443)
-	def(&cp.EtcdPort, 2379)
-	def(&cp.EtcdPeerPort, 2380)
+	def(&cp.EtcdPort, etcdPort)
+	def(&cp.EtcdPeerPort, etcdPeerPort)
+	def(&cp.JoinEtcdPort, etcdPort)
 	def(&cp.ControllerPort, 10257)
 	def(&cp.SchedulerPort, 10259)
 	if cp.BindAddress == "" {
@@ -200,10 +208,27 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 	if err := os.Remove(cp.server("db", ResetFlagFile)); err == nil {
 		fmt.Fprintln(cp.Log, "k3s-standin: started normally after a cluster reset; server/db/reset-flag removed")
 	}
-	if err := start("etcd", cp.etcdArgs()...); err != nil {
+	cp.etcd = cp.etcdMember()
+	if cp.etcd.client, err = etcdClient(cp.etcd.tls); err != nil {
+		return err
+	}
+	if cp.Join != "" {
+		if cp.etcd.join, err = joinEtcdURL(cp.Join, cp.JoinEtcdPort); err != nil {
+			return err
+		}
+	}
+	etcdArgs, err := cp.etcd.start(ctx)
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	if err := start("etcd", append(etcdArgs, cp.Args["etcd"]...)...); err != nil {
 		return err
 	}
 	if err := wait("etcd", cp.etcdHealthy); err != nil {
+		return err
+	}
+	go cp.etcd.manageLearners(ctx, etcdStatusEvery)
+	if err := wait("etcd's promotion to a voting member", cp.etcd.voter); err != nil {
 		return err
 	}
 	fmt.Fprintf(cp.Log, "k3s-standin: etcd ready after %s\n", time.Since(t0).Round(time.Millisecond))
@@ -366,30 +391,21 @@ func tail(path string, n int) string {
 	return out.String()
 }
 
-func (cp *ControlPlane) etcdArgs() []string {
-	client := fmt.Sprintf("http://127.0.0.1:%d", cp.EtcdPort)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", cp.EtcdPeerPort)
-	return append([]string{
-		"--name=" + cp.NodeName,
-		"--data-dir=" + cp.server("db", "etcd"),
-		"--listen-client-urls=" + client,
-		"--advertise-client-urls=" + client,
-		"--listen-peer-urls=" + peer,
-		"--initial-advertise-peer-urls=" + peer,
-		"--initial-cluster=" + cp.NodeName + "=" + peer,
-		"--listen-metrics-urls=",
-		"--log-level=warn",
-	}, cp.Args["etcd"]...)
+// etcdMember is this server's etcd member (etcd.go), without its client or join yet.
+func (cp *ControlPlane) etcdMember() *etcdMember {
+	return &etcdMember{dir: cp.server("db", "etcd"), tls: cp.server("tls", "etcd"), node: cp.NodeName, ip: cp.AdvertiseIP,
+		port: cp.EtcdPort, peerPort: cp.EtcdPeerPort, log: cp.Log}
 }
 
+// etcdHealthy asks the local member's /health, as a client of etcd.
 func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", cp.EtcdPort), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcd.localURL()+"/health", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := cp.etcd.client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -409,7 +425,12 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--advertise-address=" + cp.AdvertiseIP,
 		"--bind-address=" + cp.BindAddress,
 		"--secure-port=" + strconv.Itoa(cp.Port),
-		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", cp.EtcdPort),
+		// Its own member only, as k3s's (pkg/etcd/etcd.go getEndpoints), with k3s's client
+		// certificate.
+		fmt.Sprintf("--etcd-servers=https://127.0.0.1:%d", cp.EtcdPort),
+		"--etcd-cafile=" + tls("etcd/server-ca.crt"),
+		"--etcd-certfile=" + tls("etcd/client.crt"),
+		"--etcd-keyfile=" + tls("etcd/client.key"),
 		"--storage-backend=etcd3",
 		"--cert-dir=" + tls("temporary-certs"),
 		"--tls-cert-file=" + tls("serving-kube-apiserver.crt"),
@@ -460,7 +481,9 @@ func (cp *ControlPlane) controllerManagerArgs() []string {
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(cp.ControllerPort),
 		"--profiling=false",
-		"--leader-elect=false",
+		// On: k3s turns it off only for a datastore that cannot elect (kine,
+		// pkg/cluster: NoLeaderElect); with etcd every server runs one and one leads.
+		"--leader-elect=true",
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + tls("service.key"),
 		"--root-ca-file=" + tls("server-ca.crt"),
@@ -489,26 +512,33 @@ func (cp *ControlPlane) schedulerArgs() []string {
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(cp.SchedulerPort),
 		"--profiling=false",
-		"--leader-elect=false",
+		"--leader-elect=true", // as the controller manager's
 		"--cert-dir=" + cp.server("tls", "temporary-certs"),
 	}, cp.Args["kube-scheduler"]...)
 }
 
 // leaf is one certificate k3s mints at start: its file stem in server/tls, the CA that signs
-// it, and its subject (a client certificate) or names (the serving one).
+// it, and its subject (user: a client certificate's, a serving one's common name) and, for a
+// serving one, the server's names; peer ones serve and dial (etcd's members).
 type leaf struct {
 	stem, ca, user string
 	groups         []string
-	serving        bool
+	serving, peer  bool
 }
 
 var leaves = []leaf{
-	{stem: "serving-kube-apiserver", ca: "server-ca", serving: true},
+	{stem: "serving-kube-apiserver", ca: "server-ca", user: "kube-apiserver", serving: true},
 	{stem: "client-admin", ca: "client-ca", user: "system:admin", groups: []string{"system:masters"}},
 	{stem: "client-controller", ca: "client-ca", user: "system:kube-controller-manager"},
 	{stem: "client-scheduler", ca: "client-ca", user: "system:kube-scheduler"},
 	{stem: "client-kube-apiserver", ca: "client-ca", user: "system:apiserver", groups: []string{"system:masters"}},
 	{stem: "client-auth-proxy", ca: "request-header-ca", user: "system:auth-proxy"},
+	// etcd's, as k3s mints them (pkg/daemons/control/deps/deps.go genETCDCerts): the
+	// client port's serving certificate and the peers' from their own CAs, with the server's
+	// names; the client certificate kube-apiserver and k3s's own calls present.
+	{stem: "etcd/server-client", ca: "etcd/server-ca", user: "etcd-server", serving: true, peer: true},
+	{stem: "etcd/peer-server-client", ca: "etcd/peer-ca", user: "etcd-peer", serving: true, peer: true},
+	{stem: "etcd/client", ca: "etcd/server-ca", user: "etcd-client"},
 }
 
 // servingNames are the serving certificate's names: k3s's fixed ones, the node name, the
@@ -541,7 +571,7 @@ func (cp *ControlPlane) servingNames() ([]string, []net.IP) {
 func (cp *ControlPlane) writeCerts() error {
 	dir := cp.server("tls")
 	cas := map[string]*pki.CA{}
-	for _, name := range []string{"server-ca", "client-ca", "request-header-ca"} {
+	for _, name := range []string{"server-ca", "client-ca", "request-header-ca", "etcd/server-ca", "etcd/peer-ca"} {
 		ca, err := pki.LoadCA(dir, name)
 		if err != nil {
 			return fmt.Errorf("the stand-in takes the cluster's CAs from %s (liken's layer puts them there; k3s would make its own): %w", dir, err)
@@ -559,9 +589,12 @@ func (cp *ControlPlane) writeCerts() error {
 		}
 		var p pki.Pair
 		var err error
-		if l.serving {
-			p, err = cas[l.ca].ServingCert("kube-apiserver", dns, ips, leafLifetime)
-		} else {
+		switch {
+		case l.peer:
+			p, err = cas[l.ca].PeerCert(l.user, dns, ips, leafLifetime)
+		case l.serving:
+			p, err = cas[l.ca].ServingCert(l.user, dns, ips, leafLifetime)
+		default:
 			p, err = cas[l.ca].ClientCert(l.user, l.groups, leafLifetime)
 		}
 		if err != nil {

@@ -35,7 +35,22 @@ type NodeInput struct {
 	// Hash names the unpacked data directory (data/<hash>/bin), where the programs containerd
 	// and the kubelet find through PATH are linked.
 	Hash string
-	Log  io.Writer
+	// APIServer, when set, is the URL the components' kubeconfigs are given instead of their
+	// own (an agent's load balancer, loadbalancer.go).
+	APIServer string
+	Log       io.Writer
+}
+
+// withServer is a kubeconfig with every cluster's server set to url.
+func withServer(kubeconfig []byte, url string) ([]byte, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = url
+	}
+	return clientcmd.Write(*cfg)
 }
 
 // nodeFiles writes the agent's files as k3s's agent writes them before it starts anything
@@ -72,6 +87,11 @@ func (n *Node) nodeFiles(in NodeInput) error {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return fmt.Errorf("the node's credentials (liken layer --stand-in-node-credentials): %w", err)
+		}
+		if strings.HasSuffix(dst, ".kubeconfig") && in.APIServer != "" {
+			if b, err = withServer(b, in.APIServer); err != nil {
+				return fmt.Errorf("%s: %w", src, err)
+			}
 		}
 		files[dst] = b
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"liken.dev/liken/internal/atomicfile"
 )
 
 // A cluster reset, as `k3s server --cluster-reset [--cluster-reset-restore-path=PATH]` does
@@ -22,8 +24,11 @@ import (
 // reset, restart without --cluster-reset flag now." The next start, without the flag, runs
 // the restored etcd and removes the reset flag. Everything written after the snapshot is lost.
 //
-// The stand-in's etcd is always a one-member cluster (it joins no other server yet), so a
-// reset without a snapshot leaves its data as it is.
+// The member restored gets a new name, as k3s forces one at a reset (the node's name and 8
+// new hex digits, in server/db/etcd/name). A reset without a snapshot restores the member's
+// own database (server/db/etcd/member/snap/db, its hash not checked: etcd writes none into
+// it), which keeps every key and makes the member a cluster of itself, as k3s's reset does
+// with etcd's --force-new-cluster; the other servers join it again.
 const (
 	// ResetFlagFile is under server/db.
 	ResetFlagFile = "reset-flag"
@@ -33,8 +38,8 @@ const (
 )
 
 // ResetOptions say what to reset: a server's data directory (server/db/etcd holds etcd's),
-// its etcd member's name and peer URL, the snapshot to restore (none: membership only), and
-// the etcd binary, run as etcdutl to restore it.
+// its node's name and etcd member's peer URL, the snapshot to restore (none: membership
+// only), and the etcd binary, run as etcdutl to restore it.
 type ResetOptions struct {
 	DataDir, Node, PeerURL string
 	RestorePath            string
@@ -53,11 +58,28 @@ func ClusterReset(ctx context.Context, o ResetOptions, log io.Writer) error {
 	if err := os.MkdirAll(db, 0o700); err != nil {
 		return err
 	}
-	if o.RestorePath != "" {
-		if _, err := os.Stat(o.RestorePath); err != nil {
-			return fmt.Errorf("etcd: snapshot path does not exist: %s", o.RestorePath)
+	data := filepath.Join(db, "etcd")
+	restore, skipHash := o.RestorePath, false
+	if restore == "" {
+		restore, skipHash = filepath.Join(data, "member", "snap", "db"), true
+		if _, err := os.Stat(restore); err != nil {
+			restore = "" // no member here yet: nothing to reset
 		}
-		data := filepath.Join(db, "etcd")
+	} else if _, err := os.Stat(restore); err != nil {
+		return fmt.Errorf("etcd: snapshot path does not exist: %s", restore)
+	}
+	if restore != "" {
+		// The database is copied first when it is the member's own: the restore's data
+		// directory replaces the one it is in.
+		if skipHash {
+			cp := filepath.Join(db, "etcd-reset.db")
+			if err := copyFile(restore, cp); err != nil {
+				return fmt.Errorf("copying etcd's database for the reset: %w", err)
+			}
+			defer os.Remove(cp)
+			restore = cp
+		}
+		name := newMemberName(o.Node)
 		restoring := filepath.Join(db, "etcd-restoring")
 		if err := os.RemoveAll(restoring); err != nil { // a restore a power cut ended
 			return err
@@ -65,13 +87,17 @@ func ClusterReset(ctx context.Context, o ResetOptions, log io.Writer) error {
 		// etcd's own restore (etcdutl snapshot restore), checking the snapshot's hash. The
 		// revision is bumped and compacted, as etcd's docs ask for a restore that a
 		// kube-apiserver reads: its watchers never see a revision go back.
-		cmd := exec.CommandContext(ctx, o.Etcd, "snapshot", "restore", o.RestorePath, "--data-dir="+restoring,
-			"--name="+o.Node, "--initial-advertise-peer-urls="+o.PeerURL, "--initial-cluster="+o.Node+"="+o.PeerURL,
-			"--bump-revision=1000000000", "--mark-compacted")
+		args := []string{"snapshot", "restore", restore, "--data-dir=" + restoring,
+			"--name=" + name, "--initial-advertise-peer-urls=" + o.PeerURL, "--initial-cluster=" + name + "=" + o.PeerURL,
+			"--bump-revision=1000000000", "--mark-compacted"}
+		if skipHash {
+			args = append(args, "--skip-hash-check")
+		}
+		cmd := exec.CommandContext(ctx, o.Etcd, args...)
 		cmd.Args[0] = "etcdutl"
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(restoring)
-			return fmt.Errorf("restoring etcd from %s: %w: %s", o.RestorePath, err, lastLines(string(out), 5))
+			return fmt.Errorf("restoring etcd from %s: %w: %s", restore, err, lastLines(string(out), 5))
 		}
 		if _, err := os.Stat(data); err == nil {
 			old := filepath.Join(db, "etcd-old-"+strconv.FormatInt(o.Now.Unix(), 10))
@@ -82,10 +108,17 @@ func ClusterReset(ctx context.Context, o ResetOptions, log io.Writer) error {
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+		if err := atomicfile.Write(filepath.Join(restoring, "name"), []byte(name+"\n"), 0o600); err != nil {
+			return err
+		}
 		if err := os.Rename(restoring, data); err != nil {
 			return fmt.Errorf("putting the restored etcd in place: %w", err)
 		}
-		fmt.Fprintf(log, "k3s-standin: etcd restored from %s\n", o.RestorePath)
+		if o.RestorePath != "" {
+			fmt.Fprintf(log, "k3s-standin: etcd restored from %s as member %s\n", o.RestorePath, name)
+		} else {
+			fmt.Fprintf(log, "k3s-standin: etcd's membership reset: member %s alone, its data kept\n", name)
+		}
 	}
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
 		return err
@@ -105,8 +138,17 @@ func (c *Config) clusterReset(ctx context.Context, getenv func(string) string, l
 		return err
 	}
 	cp.defaults()
-	return ClusterReset(ctx, ResetOptions{DataDir: cp.DataDir, Node: cp.NodeName, PeerURL: fmt.Sprintf("http://127.0.0.1:%d", cp.EtcdPeerPort),
+	m := cp.etcdMember()
+	return ClusterReset(ctx, ResetOptions{DataDir: cp.DataDir, Node: cp.NodeName, PeerURL: m.peerURL(),
 		RestorePath: c.restorePath, Etcd: filepath.Join(bin, "etcd"), Now: time.Now()}, log)
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
 
 // lastLines is the last n lines of s, for an error that quotes a tool's output.

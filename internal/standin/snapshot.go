@@ -62,6 +62,9 @@ func snapshotMain(ctx context.Context, args []string, getenv func(string) string
 type SnapshotOptions struct {
 	// EtcdURL is the member's client URL (the stand-in's etcd listens on 127.0.0.1:2379).
 	EtcdURL string
+	// TLSDir holds the etcd client certificate and CA the call uses (server/tls/etcd);
+	// empty, a plain HTTP client (tests).
+	TLSDir string
 	// Dir, Name, Node and Retention make the file's path and what is kept (k3s's).
 	Dir, Name, Node string
 	Retention       int
@@ -114,7 +117,7 @@ func parseSnapshot(args []string, getenv func(string) string) (SnapshotOptions, 
 	if v, ok := flags["node-name"]; ok {
 		c.Values["node-name"] = v
 	}
-	o := SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: k3s.SnapshotDir(c.dataDir()), Name: "on-demand", Node: c.NodeName(),
+	o := SnapshotOptions{EtcdURL: "https://127.0.0.1:2379", TLSDir: filepath.Join(c.dataDir(), "server", "tls", "etcd"), Dir: k3s.SnapshotDir(c.dataDir()), Name: "on-demand", Node: c.NodeName(),
 		Retention: k3s.DefaultSnapshotRetention}
 	if v, ok := flags["dir"]; ok {
 		o.Dir = v
@@ -158,7 +161,13 @@ func SaveSnapshot(ctx context.Context, o SnapshotOptions) (k3s.Snapshot, error) 
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	size, err := streamSnapshot(ctx, o.EtcdURL, tmp)
+	client := http.DefaultClient
+	if o.TLSDir != "" {
+		if client, err = etcdClient(o.TLSDir); err != nil {
+			return k3s.Snapshot{}, err
+		}
+	}
+	size, err := streamSnapshot(ctx, client, o.EtcdURL, tmp)
 	if err != nil {
 		return k3s.Snapshot{}, err
 	}
@@ -204,12 +213,12 @@ func PruneSnapshots(dir, name string, retention int) ([]string, error) {
 // /v3/maintenance/snapshot: one JSON object per message, each a base64 blob) to w, and
 // checks the SHA-256 etcd sends after the database (its last 32 bytes), as etcdutl's
 // restore does.
-func streamSnapshot(ctx context.Context, etcdURL string, w io.Writer) (int64, error) {
+func streamSnapshot(ctx context.Context, client *http.Client, etcdURL string, w io.Writer) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(etcdURL, "/")+"/v3/maintenance/snapshot", strings.NewReader("{}"))
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("asking etcd for a snapshot: %w", err)
 	}

@@ -192,13 +192,13 @@ func TestParseSnapshot(t *testing.T) {
 		err  string
 	}{
 		{"k3s's defaults from the config file", []string{"save", "--config", cfg},
-			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/data/k3s/server/db/snapshots", Name: "on-demand", Node: "srv-2", Retention: 7}, ""},
+			SnapshotOptions{EtcdURL: "https://127.0.0.1:2379", TLSDir: "/data/k3s/server/tls/etcd", Dir: "/data/k3s/server/db/snapshots", Name: "on-demand", Node: "srv-2", Retention: 7}, ""},
 		{"liken's call", []string{"save", "--name", "liken", "--config=" + cfg},
-			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/data/k3s/server/db/snapshots", Name: "liken", Node: "srv-2", Retention: 7}, ""},
+			SnapshotOptions{EtcdURL: "https://127.0.0.1:2379", TLSDir: "/data/k3s/server/tls/etcd", Dir: "/data/k3s/server/db/snapshots", Name: "liken", Node: "srv-2", Retention: 7}, ""},
 		{"flags over the file, with and without etcd-", []string{"save", "-c", cfg, "--etcd-snapshot-dir", "/snap", "--snapshot-retention=2", "--node-name", "n"},
-			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/snap", Name: "on-demand", Node: "n", Retention: 2}, ""},
+			SnapshotOptions{EtcdURL: "https://127.0.0.1:2379", TLSDir: "/data/k3s/server/tls/etcd", Dir: "/snap", Name: "on-demand", Node: "n", Retention: 2}, ""},
 		{"prune, with the file's retention", []string{"prune", "--name", "liken", "-c", cfg},
-			SnapshotOptions{EtcdURL: "http://127.0.0.1:2379", Dir: "/data/k3s/server/db/snapshots", Name: "liken", Node: "srv-2", Retention: 7}, ""},
+			SnapshotOptions{EtcdURL: "https://127.0.0.1:2379", TLSDir: "/data/k3s/server/tls/etcd", Dir: "/data/k3s/server/db/snapshots", Name: "liken", Node: "srv-2", Retention: 7}, ""},
 		{"neither save nor prune", []string{"ls"}, SnapshotOptions{}, "save and prune only"},
 		{"unknown flag", []string{"save", "--s3"}, SnapshotOptions{}, "not defined: --s3"},
 		{"a path for a name", []string{"save", "--config", cfg, "--name", "../x"}, SnapshotOptions{}, "want a file name"},

@@ -22,7 +22,7 @@
 //     grace period has passed).
 //
 // What it does not do of k3s: the supervisor (agents join with the credentials liken's
-// layer carries), multi-server clusters, traefik, servicelb, local-path, metrics-server, the
+// layer carries, servers through each other's etcd: etcd.go), traefik, servicelb, local-path, metrics-server, the
 // network policy controller, the embedded registry.
 //
 // Settings only the stand-in has come from the environment:
@@ -415,9 +415,9 @@ func (c *Config) startServer(ctx context.Context, client kubernetes.Interface, n
 	} else {
 		go labelRolesOnceRegistered(ctx, admin, name, log)
 	}
-	// The etcd leader's report of its members on their Nodes, as k3s's (its one member).
+	// The etcd leader's report of its members on their Nodes, as k3s's.
 	if ac, err := kubernetes.NewForConfig(admin); err == nil {
-		go reportEtcd(cpCtx, ac, cp.NodeName, cp.AdvertiseIP, cp.etcdHealthy, log)
+		go reportEtcd(cpCtx, ac, cp.NodeName, cp.etcd.name, cp.AdvertiseIP, cp.etcd.leaderCheck, log)
 	}
 	return done, stopAll, nil
 }
@@ -463,8 +463,33 @@ func (c *Config) runNode(ctx context.Context, parts, kubeconfig string, neverRea
 		if hash == "." || hash == "" {
 			hash = dataHash
 		}
+		in := NodeInput{Parts: parts, Kubeconfig: kubeconfig, Hash: hash, Log: log}
+		// An agent reaches the servers through its load balancer, as k3s's agent does; a
+		// server its own API server.
+		if server := c.str("server"); c.Role == "agent" && server != "" {
+			lb, err := c.loadBalancer(server, log)
+			if err != nil {
+				return err
+			}
+			if err := lb.serve(nodeCtx); err != nil {
+				return err
+			}
+			in.APIServer = lb.URL()
+			go func() {
+				// The servers' addresses, watched through the load balancer with the
+				// k3s-controller's credential, as k3s's agent watches them.
+				cfg, err := clientcmd.BuildConfigFromFlags("", n.agent("k3scontroller.kubeconfig"))
+				for err != nil && nodeCtx.Err() == nil { // written by RunNode shortly
+					time.Sleep(time.Second)
+					cfg, err = clientcmd.BuildConfigFromFlags("", n.agent("k3scontroller.kubeconfig"))
+				}
+				if err == nil {
+					lb.watchServers(nodeCtx, kubernetes.NewForConfigOrDie(cfg))
+				}
+			}()
+		}
 		go func() {
-			nodeDone <- n.RunNode(nodeCtx, NodeInput{Parts: parts, Kubeconfig: kubeconfig, Hash: hash, Log: log})
+			nodeDone <- n.RunNode(nodeCtx, in)
 		}()
 	}
 	fmt.Fprintf(log, "k3s-standin: %s %s: a real node (containerd, kubelet, kube-proxy, flannel from %s)\n", c.Role, n.NodeName, parts)
@@ -482,6 +507,20 @@ func (c *Config) runNode(ctx context.Context, parts, kubeconfig string, neverRea
 	case err := <-nodeDone:
 		return fmt.Errorf("the node stopped, so k3s-standin exits as k3s does: %w", err)
 	}
+}
+
+// loadBalancer is the agent's load balancer for server, on lb-server-port (k3s's key;
+// default 6444).
+func (c *Config) loadBalancer(server string, log io.Writer) (*loadBalancer, error) {
+	port := lbServerPort
+	if p := c.str("lb-server-port"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("lb-server-port %q is not a port", p)
+		}
+		port = n
+	}
+	return newLoadBalancer(c.dataDir(), server, port, log)
 }
 
 // node is the Node a config file describes, with k3s's keys.
@@ -752,7 +791,7 @@ func (c *Config) controlPlane(bin string, log io.Writer) (*ControlPlane, error) 
 	cp := &ControlPlane{DataDir: c.str("data-dir"), Bin: bin, NodeName: c.NodeName(), AdvertiseIP: c.str("advertise-address"),
 		SANs: c.list("tls-san"), BindAddress: c.str("bind-address"), KubeconfigOut: c.str("write-kubeconfig"),
 		ServiceCIDR: c.str("service-cidr"), ClusterCIDR: c.str("cluster-cidr"), ClusterDNS: c.str("cluster-dns"), ClusterDomain: c.str("cluster-domain"),
-		Log: log, Args: map[string][]string{}}
+		Join: c.str("server"), Log: log, Args: map[string][]string{}}
 	// The release's CoreDNS image (an air-gap archive the nodes import), unless disabled as
 	// k3s's --disable coredns does.
 	if _, err := os.Stat(filepath.Join(apirelease.StandInImagesDir, apirelease.StandInCoreDNSArchive)); err == nil && !slices.Contains(c.list("disable"), "coredns") {
