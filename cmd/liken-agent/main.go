@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"liken.dev/liken/internal/host/network"
 	"liken.dev/liken/internal/host/sysctl"
 	"liken.dev/liken/internal/initramfs"
+	"liken.dev/liken/internal/kube"
 	"liken.dev/liken/internal/metrics"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/internal/state"
@@ -61,6 +63,7 @@ func run() error {
 		stateDir   = flag.String("state-dir", "/var/lib/liken", "where the agent remembers what it applied")
 		socket     = flag.String("init-socket", supervisor.DefaultSocket, "init's supervisor socket")
 		join       = flag.String("join", "", "server URL to render for joining (empty on the first server)")
+		apiAddrs   = flag.String("api-addresses", "", "addresses (host:port, separated by commas) every API connection tries in order, whatever the kubeconfig's server says; each server is checked as \"kubernetes\" (empty: the kubeconfig's server alone)")
 		localMets  = flag.String("metrics-addr", "127.0.0.1:9469", "local address for Prometheus metrics, plain HTTP (empty: off)")
 		secure     = flag.String("secure-metrics-addr", "", "address for Prometheus metrics over TLS, each scrape authenticated and authorized by the API server (such as :9470; empty: off; init passes it on a liken machine)")
 		sysRoot    = flag.String("sysctl-root", sysctl.Default.Root, "the /proc/sys tree")
@@ -82,6 +85,9 @@ func run() error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", *kubeconfig, err)
+	}
+	if *apiAddrs != "" {
+		kube.Failover(cfg, strings.Split(*apiAddrs, ","))
 	}
 	m := agent.NewMetrics()
 	acfg := agent.Config{

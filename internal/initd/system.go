@@ -443,17 +443,38 @@ func standIn() bool {
 	return err == nil
 }
 
-// apiURL is where the agent reaches the API: the cluster's own (on the first server, its
-// local k3s), or, in VM tests whose stand-in has no API of its own, the test's API server
-// named by liken.test.api.
+// apiURL is where the agent reaches the API: a server's own k3s, as k3s's servers reach
+// theirs; an agent's the server it joins through; or, in VM tests whose stand-in has no API
+// of its own, the test's API server named by liken.test.api.
 func (s *system) apiURL() string {
 	if u := s.cmd["liken.test.api"]; u != "" {
 		return u
 	}
-	if s.join != "" {
+	if s.join != "" && s.machine.Spec.Role != v1alpha1.RoleServer {
 		return s.join
 	}
-	return "https://127.0.0.1:6443"
+	return "https://127.0.0.1:" + k3s.APIPort
+}
+
+// apiAddresses are the addresses the agent's API connections try in order (its
+// --api-addresses): a joining server's own k3s, then the server it joined through, for
+// while its own is not running (a failed trial); an agent's k3s load balancer (127.0.0.1,
+// k3s's lb-server-port 6444, which fails over between the servers), then the server it
+// joined through, for while k3s is not running. None on the first server or in VM tests
+// whose API is the test's.
+func (s *system) apiAddresses() []string {
+	if s.cmd["liken.test.api"] != "" || s.join == "" {
+		return nil
+	}
+	u, err := url.Parse(s.join)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	local := "127.0.0.1:" + k3s.APIPort
+	if s.machine.Spec.Role == v1alpha1.RoleAgent {
+		local = "127.0.0.1:" + k3s.AgentLBPort
+	}
+	return []string{local, u.Host}
 }
 
 func (s *system) network() error {
@@ -496,6 +517,9 @@ func (s *system) run() error {
 		"--secure-metrics-addr", fmt.Sprintf(":%d", SecureMetricsPort)}
 	if d := s.peerWait(); d > 0 {
 		agentArgs = append(agentArgs, "--peer-wait", d.String())
+	}
+	if a := s.apiAddresses(); len(a) > 0 {
+		agentArgs = append(agentArgs, "--api-addresses", strings.Join(a, ","))
 	}
 	if s.machine.Spec.Role == v1alpha1.RoleServer {
 		// Servers take part in the election, and make the Cluster and Machines from the

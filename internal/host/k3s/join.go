@@ -14,6 +14,11 @@ import (
 // own join instructions (docs.k3s.io/datastore/ha-embedded).
 const APIPort = "6443"
 
+// AgentLBPort is where an agent's k3s serves its client load balancer on 127.0.0.1, which
+// its components reach the servers through: k3s's lb-server-port default
+// (pkg/cli/cmds/agent.go), which liken does not change.
+const AgentLBPort = "6444"
+
 // JoinPlan is how the machines of one cluster come together: the one server that
 // initialises the cluster (k3s cluster-init) and the URL every other machine joins through
 // (k3s server, with the token). k3s's HA guide (docs.k3s.io/datastore/ha-embedded) starts
