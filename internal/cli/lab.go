@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"liken.dev/liken/internal/balancer"
 	"liken.dev/liken/internal/lab"
 	"liken.dev/liken/internal/release"
 )
@@ -42,9 +43,6 @@ func newLabUp() *cobra.Command {
   liken lab up --agents 2 --dir /tmp/lab`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Servers != 1 {
-				return usageErr("--servers %d: the lab's k3s stand-in runs one control plane, so a lab has exactly 1 server", o.Servers)
-			}
 			if o.Source == "" {
 				src, err := findSource()
 				if err != nil {
@@ -97,7 +95,7 @@ or the embedded registry (docs/k3s.md, "The stand-in's node").
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Dir, "dir", o.Dir, "the lab's directory (its files, disks and consoles)")
-	f.IntVar(&o.Servers, "servers", o.Servers, "server machines (the stand-in runs one control plane: 1)")
+	f.IntVar(&o.Servers, "servers", o.Servers, "server machines: 1, 3 or 5 (with more than one, the API port is a load balancer over them)")
 	f.IntVar(&o.Agents, "agents", o.Agents, "agent machines")
 	f.IntVar(&o.ServerMiB, "server-memory", o.ServerMiB, "each server's memory in MiB")
 	f.IntVar(&o.AgentMiB, "agent-memory", o.AgentMiB, "each agent's memory in MiB")
@@ -240,7 +238,8 @@ func newLabPublish() *cobra.Command {
 // newLabServeChannel is the lab's channel server (and registry of the demo's image), which
 // `lab up` starts in the background.
 func newLabServeChannel() *cobra.Command {
-	var images string
+	var images, api string
+	var apiServers []string
 	cmd := &cobra.Command{
 		Use:    "serve-channel DIR PORT",
 		Short:  "serve a channel directory over HTTP, and image archives as a registry (started by lab up)",
@@ -257,10 +256,19 @@ func newLabServeChannel() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if api != "" {
+				b := &balancer.Balancer{Listen: api, Name: "the lab's API load balancer", Log: cmd.OutOrStdout()}
+				b.SetServers(apiServers)
+				if err := b.Serve(cmd.Context()); err != nil {
+					return err
+				}
+			}
 			return lab.ServeChannel(cmd.Context(), l, args[0], images, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&images, "images", "", "a directory of image archives to serve as a registry under /v2/")
+	cmd.Flags().StringVar(&api, "api", "", "also balance connections to this address (the lab's API) over --api-servers")
+	cmd.Flags().StringSliceVar(&apiServers, "api-servers", nil, "the servers' API addresses (host:port) for --api")
 	return cmd
 }
 

@@ -69,6 +69,22 @@ type Machine struct {
 	PID        int    `json:"pid,omitempty"`
 	// DemoPort is the host's port QEMU forwards to the machine's DemoNodePort.
 	DemoPort int `json:"demoPort,omitempty"`
+	// APIPort is the host's port QEMU forwards to a server's API port (6443) in a lab with
+	// several servers, behind the lab's load balancer; with one server the lab's API port
+	// is forwarded to it directly.
+	APIPort int `json:"apiPort,omitempty"`
+}
+
+// apiServers are the servers' forwarded API ports the lab's load balancer spreads the lab's
+// API port over (none with one server: its port is forwarded directly).
+func (s *State) apiServers() []string {
+	var out []string
+	for _, m := range s.Machines {
+		if m.APIPort != 0 {
+			out = append(out, fmt.Sprintf("127.0.0.1:%d", m.APIPort))
+		}
+	}
+	return out
 }
 
 // Read reads the lab in dir.
@@ -134,7 +150,10 @@ func (m *Machine) vCPUs() int {
 func (s *State) boot(m *Machine, kvm bool, private string) error {
 	mach := qemu.Machine{UEFI: true, VarsDir: filepath.Dir(m.Disk), Disks: []qemu.Disk{{Path: m.Disk}}, MemoryMiB: m.MemoryMiB,
 		CPUs: m.vCPUs(), KVM: kvm, AllowReboot: true, NICs: []string{m.MAC}, Private: private, PrivateMAC: m.PrivateMAC}
-	if m.Role == "server" && s.Machines[0].Name == m.Name {
+	switch {
+	case m.APIPort != 0:
+		mach.Forward = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:6443", m.APIPort)}
+	case m.Role == "server" && s.Machines[0].Name == m.Name:
 		mach.Forward = []string{fmt.Sprintf("tcp:127.0.0.1:%d-:6443", s.APIPort)}
 	}
 	if m.DemoPort != 0 {

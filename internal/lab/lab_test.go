@@ -33,7 +33,8 @@ func TestUpRefuses(t *testing.T) {
 		want  string
 		fresh bool // the case's Dir is new: up must not create it
 	}{
-		{"two servers", func(o *Options) { o.Servers = 2 }, "", "exactly 1 server", true},
+		{"two servers", func(o *Options) { o.Servers = 2 }, "", "give 1, 3 or 5", true},
+		{"seven servers", func(o *Options) { o.Servers = 7 }, "", "give 1, 3 or 5", true},
 		{"too many agents", func(o *Options) { o.Agents = 9 }, "", "give 0 to 8", true},
 		{"a bad version", func(o *Options) { o.Version = "latest" }, "", "not of the form", true},
 		{"a bad accelerator", func(o *Options) { o.Accel = "hvf" }, "", "give auto, kvm or tcg", true},

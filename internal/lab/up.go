@@ -33,7 +33,7 @@ import (
 // Options are `liken lab up`'s inputs.
 type Options struct {
 	Dir     string
-	Servers int // only 1: the stand-in runs one control plane
+	Servers int // 1, 3 or 5: etcd's quorum needs an odd number (see check)
 	Agents  int
 	// ServerMiB and AgentMiB are each machine's memory.
 	ServerMiB, AgentMiB int
@@ -65,8 +65,8 @@ var Defaults = Options{Servers: 1, Agents: 1, ServerMiB: 2048, AgentMiB: 1024, S
 
 // check refuses what cannot work before anything is started or written.
 func (o *Options) check() error {
-	if o.Servers != 1 {
-		return fmt.Errorf("--servers %d: the lab's k3s stand-in runs one control plane, so a lab has exactly 1 server", o.Servers)
+	if err := checkServers(o.Servers); err != nil {
+		return err
 	}
 	if o.Agents < 0 || o.Agents > MaxAgents {
 		return fmt.Errorf("--agents %d: give 0 to %d", o.Agents, MaxAgents)
@@ -124,6 +124,20 @@ func (o *Options) check() error {
 	}
 	return nil
 }
+
+// checkServers refuses a number of servers a lab does not stand up: etcd keeps a quorum of a
+// majority of its members, so an even number keeps going through no more failures than one
+// fewer (two servers through none: docs.k3s.io's HA guide asks for an odd number), and more
+// than five takes more of this host than a lab should.
+func checkServers(n int) error {
+	if n < 1 || n > MaxServers || n%2 == 0 {
+		return fmt.Errorf("--servers %d: give 1, 3 or 5 (etcd's quorum is a majority of the servers, so an even number tolerates no more servers down than one fewer)", n)
+	}
+	return nil
+}
+
+// MaxServers is the most servers a lab has.
+const MaxServers = 5
 
 // MaxAgents is the most agents a lab has, from up or add.
 const MaxAgents = 8
@@ -211,9 +225,20 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		st.Machines = append(st.Machines, agentMachine(i+1, o.AgentMiB, o.AgentCPUs))
 	}
 	for i := range st.Machines {
-		if st.Machines[i].DemoPort, err = freePort(); err != nil {
-			return st, fmt.Errorf("choosing a port for %s's demo: %w", st.Machines[i].Name, err)
+		m := &st.Machines[i]
+		if m.DemoPort, err = freePort(); err != nil {
+			return st, fmt.Errorf("choosing a port for %s's demo: %w", m.Name, err)
 		}
+		// With several servers the lab's API port is a load balancer (the channel server
+		// runs it) in front of each server's own forwarded port.
+		if m.Role == "server" && o.Servers > 1 {
+			if m.APIPort, err = freePort(); err != nil {
+				return st, fmt.Errorf("choosing a port for %s's API: %w", m.Name, err)
+			}
+		}
+	}
+	if o.Servers > 1 && len(o.ChannelServer) == 0 {
+		return st, errors.New("a lab with several servers needs its channel server, which runs the API's load balancer")
 	}
 	manifests := filepath.Join(dir, "manifests")
 	if err := WriteManifests(manifests, st.ChannelURL, st.ChannelRoot, st.Version, pin, st.Machines); err != nil {
@@ -253,7 +278,11 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return st, err
 	}
 	if len(o.ChannelServer) > 0 {
-		cmd := exec.Command(o.ChannelServer[0], append(o.ChannelServer[1:], "--images", images, channel, fmt.Sprint(chPort))...)
+		args := append(o.ChannelServer[1:], "--images", images)
+		if servers := st.apiServers(); len(servers) > 0 {
+			args = append(args, "--api", fmt.Sprintf("127.0.0.1:%d", o.APIPort), "--api-servers", strings.Join(servers, ","))
+		}
+		cmd := exec.Command(o.ChannelServer[0], append(args, channel, fmt.Sprint(chPort))...)
 		logf, err := os.Create(filepath.Join(dir, "channel.log"))
 		if err != nil {
 			return st, err
@@ -269,6 +298,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			return st, fmt.Errorf("recording the lab: %w", err)
 		}
 		say("channel served to the machines at %s (pid %d)", st.ChannelURL, st.ChannelPID)
+		if servers := st.apiServers(); len(servers) > 0 {
+			say("the API at https://127.0.0.1:%d: a load balancer in the channel server (pid %d) over the %d servers' forwarded ports %s, which closes a failed server's connections and sends new ones to another", o.APIPort, st.ChannelPID, len(servers), strings.Join(servers, ", "))
+		}
 	}
 	for i := range st.Machines {
 		m := &st.Machines[i]
