@@ -111,7 +111,7 @@ func TestErrors(t *testing.T) {
 		{"unknown subcommand", []string{"release", "foo"}, exitUsage, []string{`unknown command "foo"`, "build, keys, pin, publish, timestamp, verify"}},
 		{"group alone", []string{"release"}, exitUsage, []string{"give one of its commands: build, keys, pin, publish, timestamp, verify"}},
 		{"unknown flag", []string{"validate", "--frob", "x"}, exitUsage, []string{"unknown flag: --frob"}},
-		{"lab with two servers", []string{"lab", "up", "--servers", "2"}, exitUsage, []string{"exactly 1 server"}},
+		{"lab with two servers", []string{"lab", "up", "--servers", "2"}, exitUsage, []string{"give 1, 3 or 5"}},
 		{"lab up with an argument", []string{"lab", "up", "now"}, exitUsage, []string{"unknown command \"now\""}},
 		{"upgrade without a version", []string{"upgrade"}, exitUsage, []string{"the release version"}},
 		{"approve nothing", []string{"approve-reboot"}, exitUsage, []string{"name the machines to approve, or give --all"}},

@@ -43,6 +43,9 @@ func newLabUp() *cobra.Command {
   liken lab up --agents 2 --dir /tmp/lab`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lab.CheckServers(o.Servers); err != nil {
+				return usageErr("%v", err)
+			}
 			if o.Source == "" {
 				src, err := findSource()
 				if err != nil {

@@ -65,7 +65,7 @@ var Defaults = Options{Servers: 1, Agents: 1, ServerMiB: 2048, AgentMiB: 1024, S
 
 // check refuses what cannot work before anything is started or written.
 func (o *Options) check() error {
-	if err := checkServers(o.Servers); err != nil {
+	if err := CheckServers(o.Servers); err != nil {
 		return err
 	}
 	if o.Agents < 0 || o.Agents > MaxAgents {
@@ -125,11 +125,11 @@ func (o *Options) check() error {
 	return nil
 }
 
-// checkServers refuses a number of servers a lab does not stand up: etcd keeps a quorum of a
+// CheckServers refuses a number of servers a lab does not stand up: etcd keeps a quorum of a
 // majority of its members, so an even number keeps going through no more failures than one
 // fewer (two servers through none: docs.k3s.io's HA guide asks for an odd number), and more
 // than five takes more of this host than a lab should.
-func checkServers(n int) error {
+func CheckServers(n int) error {
 	if n < 1 || n > MaxServers || n%2 == 0 {
 		return fmt.Errorf("--servers %d: give 1, 3 or 5 (etcd's quorum is a majority of the servers, so an even number tolerates no more servers down than one fewer)", n)
 	}
