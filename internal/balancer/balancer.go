@@ -9,6 +9,7 @@ package balancer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,10 @@ type Balancer struct {
 	Log  io.Writer
 	// Changed is called with the servers whenever SetServers changes them.
 	Changed func(servers []string)
+	// Check says whether a server answers; nil, a TCP connection to it. A port forwarded
+	// by something that accepts for a server that is down (QEMU's user network does) needs
+	// a check that reaches the server itself.
+	Check func(ctx context.Context, server string) error
 
 	mu      sync.Mutex
 	servers []string
@@ -185,6 +190,30 @@ func (b *Balancer) markFailed(server string, err error) {
 	}
 }
 
+func (b *Balancer) check(ctx context.Context, server string) error {
+	ctx, cancel := context.WithTimeout(ctx, max(b.CheckEvery, 5*time.Second))
+	defer cancel()
+	if b.Check != nil {
+		return b.Check(ctx, server)
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", server)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+// TLSCheck is a Check that completes a TLS handshake with the server (any certificate):
+// proof that the server itself answers, not only whatever forwards its port.
+func TLSCheck(ctx context.Context, server string) error {
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a liveness probe: nothing is sent
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
 // checkLoop dials every known server each CheckEvery and marks it failed or healthy.
 func (b *Balancer) checkLoop(ctx context.Context) {
 	for {
@@ -199,12 +228,10 @@ func (b *Balancer) checkLoop(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := net.DialTimeout("tcp", s, b.CheckEvery)
-				if err != nil {
+				if err := b.check(ctx, s); err != nil {
 					b.markFailed(s, err)
 					return
 				}
-				c.Close()
 				b.mu.Lock()
 				if b.failed[s] {
 					delete(b.failed, s)

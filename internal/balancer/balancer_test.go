@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,4 +145,31 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestTLSCheck: a port that accepts and closes, as QEMU's user network does for a machine
+// whose server is down, fails the check; a TLS server passes it.
+func TestTLSCheck(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if err := TLSCheck(t.Context(), l.Addr().String()); err == nil {
+		t.Error("a port that accepts and closes passed the check")
+	}
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	if err := TLSCheck(t.Context(), srv.Listener.Addr().String()); err != nil {
+		t.Errorf("a TLS server failed the check: %v", err)
+	}
 }

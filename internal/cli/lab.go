@@ -260,7 +260,10 @@ func newLabServeChannel() *cobra.Command {
 				return err
 			}
 			if api != "" {
-				b := &balancer.Balancer{Listen: api, Name: "the lab's API load balancer", Log: cmd.OutOrStdout()}
+				// QEMU accepts on a forwarded port whether or not the machine behind it
+				// listens: the check is a TLS handshake with the server itself, every 2 s.
+				b := &balancer.Balancer{Listen: api, Name: "the lab's API load balancer", Log: cmd.OutOrStdout(),
+					Check: balancer.TLSCheck, CheckEvery: 2 * time.Second}
 				b.SetServers(apiServers)
 				if err := b.Serve(cmd.Context()); err != nil {
 					return err

@@ -228,7 +228,18 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 		return err
 	}
 	go cp.etcd.manageLearners(ctx, etcdStatusEvery)
-	if err := wait("etcd's promotion to a voting member", cp.etcd.voter); err != nil {
+	// A learner that is not promoted within a minute says why it may be, every minute:
+	// what it reports and the end of its etcd's log.
+	lastSaid := time.Now()
+	if err := wait("etcd's promotion to a voting member", func(ctx context.Context) error {
+		err := cp.etcd.voter(ctx)
+		if err != nil && time.Since(lastSaid) > time.Minute {
+			lastSaid = time.Now()
+			b, _ := os.ReadFile(cp.server("logs", "etcd.log"))
+			fmt.Fprintf(cp.Log, "k3s-standin: %v; its log ends:\n%s\n", err, lastLines(string(b), 5))
+		}
+		return err
+	}); err != nil {
 		return err
 	}
 	fmt.Fprintf(cp.Log, "k3s-standin: etcd ready after %s\n", time.Since(t0).Round(time.Millisecond))

@@ -86,14 +86,21 @@ func etcdClient(tlsDir string) (*http.Client, error) {
 		return nil, fmt.Errorf("etcd's server CA %s holds no certificate", filepath.Join(tlsDir, "server-ca.crt"))
 	}
 	return &http.Client{Transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		TLSHandshakeTimeout: 5 * time.Second,
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
+		DialContext:     (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		// A handshake under software emulation on a busy machine took more than 5 s.
+		TLSHandshakeTimeout: 10 * time.Second,
 	}}, nil
 }
 
+// callTimeout bounds each call to etcd: a member that accepted the connection and does
+// not answer must not hold up the loop that called it.
+const callTimeout = 20 * time.Second
+
 // call posts req to one of etcd's gateway methods at base and decodes the answer into resp.
 func (m *etcdMember) call(ctx context.Context, base, method string, req, resp any) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -179,6 +186,12 @@ func (m *etcdMember) start(ctx context.Context) ([]string, error) {
 		"--peer-key-file=" + filepath.Join(m.tls, "peer-server-client.key"),
 		"--peer-trusted-ca-file=" + filepath.Join(m.tls, "peer-ca.crt"),
 		"--peer-client-cert-auth",
+		// k3s's raft timing and snapshot count (pkg/etcd/etcd.go cluster(): HeartbeatInterval
+		// 500, ElectionTimeout 5000, SnapshotCount 10000), not etcd's 100 ms and 1 s: a member
+		// on a busy machine keeps its leader.
+		"--heartbeat-interval=500",
+		"--election-timeout=5000",
+		"--snapshot-count=10000",
 		"--listen-metrics-urls=",
 		"--log-level=warn",
 	}
@@ -325,6 +338,12 @@ func (m *etcdMember) voter(ctx context.Context) error {
 // which is asked again next time. It returns when ctx ends.
 func (m *etcdMember) manageLearners(ctx context.Context, every time.Duration) {
 	said := ""
+	say := func(err error) {
+		if err != nil && err.Error() != said && ctx.Err() == nil { // asked again next time; said once
+			said = err.Error()
+			fmt.Fprintf(m.log, "k3s-standin: etcd's learners: %v\n", err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -332,11 +351,16 @@ func (m *etcdMember) manageLearners(ctx context.Context, every time.Duration) {
 		case <-time.After(every):
 		}
 		st, err := m.status(ctx, m.localURL())
-		if err != nil || st.Header.MemberID != st.Leader {
+		if err != nil {
+			say(fmt.Errorf("etcd's status: %w", err))
+			continue
+		}
+		if st.Header.MemberID != st.Leader {
 			continue
 		}
 		members, err := m.members(ctx, m.localURL())
 		if err != nil {
+			say(err)
 			continue
 		}
 		for _, mm := range members {
@@ -345,10 +369,7 @@ func (m *etcdMember) manageLearners(ctx context.Context, every time.Duration) {
 			}
 			var out struct{}
 			if err := m.call(ctx, m.localURL(), "/v3/cluster/member/promote", map[string]any{"ID": mm.ID}, &out); err != nil {
-				if err.Error() != said { // asked again in 15 s; said once
-					said = err.Error()
-					fmt.Fprintf(m.log, "k3s-standin: learner %s not promoted yet: %v\n", mm.Name, err)
-				}
+				say(fmt.Errorf("learner %s %s not promoted yet: %w", mm.ID, mm.Name, err))
 				continue
 			}
 			fmt.Fprintf(m.log, "k3s-standin: promoted learner %s to a voting member\n", mm.Name)
