@@ -259,11 +259,20 @@ func (cp *ControlPlane) Run(ctx context.Context, ready func(admin *rest.Config))
 		return nil
 	}
 	fmt.Fprintf(cp.Log, "k3s-standin: kube-apiserver ready on %s after %s\n", cp.LocalURL(), time.Since(t0).Round(time.Millisecond))
-	if err := start("kube-controller-manager", cp.controllerManagerArgs()...); err != nil {
-		return err
-	}
-	if err := start("kube-scheduler", cp.schedulerArgs()...); err != nil {
-		return err
+	// The controller manager and the scheduler exit when they lose their leader election
+	// (they renew it every 2 s within 10 s, which a machine under software emulation misses
+	// at times). k3s, which runs them in its own process, exits with them and is started
+	// again whole; the stand-in starts the one that exited again, alone, its API server and
+	// node left running: said on its log, and in docs/k3s.md.
+	for _, c := range []struct {
+		name string
+		args []string
+	}{{"kube-controller-manager", cp.controllerManagerArgs()}, {"kube-scheduler", cp.schedulerArgs()}} {
+		s, err := cp.keep(ctx, c.name, c.args)
+		if err != nil {
+			return err
+		}
+		stopped = append(stopped, s)
 	}
 	go (&servingApprover{client: client, log: cp.Log}).run(ctx, 2*time.Second)
 	if err := cp.writeAdminKubeconfig(); err != nil {
@@ -339,6 +348,40 @@ subjects:
   kind: User
   name: system:k3s-controller
 `
+
+// keep runs a component until ctx ends, starting it again 5 s after it exits; the returned
+// channel closes once it has stopped for good.
+func (cp *ControlPlane) keep(ctx context.Context, name string, args []string) (<-chan struct{}, error) {
+	exited := make(chan error, 1)
+	s, err := cp.spawn(ctx, name, args, exited)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				<-s
+				return
+			case err := <-exited:
+				<-s
+				fmt.Fprintf(cp.Log, "k3s-standin: %v\nk3s-standin: starting %s again in 5 s, alone (k3s would exit and be started again whole)\n", err, name)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+			if s, err = cp.spawn(ctx, name, args, exited); err != nil {
+				fmt.Fprintf(cp.Log, "k3s-standin: %v\n", err)
+				return
+			}
+		}
+	}()
+	return done, nil
+}
 
 // spawn starts one component, its output in server/logs/NAME.log.
 func (cp *ControlPlane) spawn(ctx context.Context, name string, args []string, exited chan<- error) (<-chan struct{}, error) {

@@ -96,7 +96,8 @@ func started(t *testing.T, cp *ControlPlane) (*rest.Config, context.CancelFunc, 
 // mints k3s's certificates, runs etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler, writes k3s.yaml and the tokens, applies server/manifests, lets a machine's
 // node credential register its Node, and starts again on the same data keeping its
-// certificates and objects. A component that dies ends the run, naming it.
+// certificates and objects. The scheduler killed is started again alone; the API server
+// killed ends the run, naming it.
 func TestControlPlaneLikeK3s(t *testing.T) {
 	idDir := t.TempDir()
 	id, err := identity.LoadOrCreateIdentity(idDir)
@@ -226,23 +227,50 @@ func TestControlPlaneLikeK3s(t *testing.T) {
 		t.Errorf("after a restart, agent-1's Node: %v", err)
 	}
 
-	// A component that dies ends the run, and the error names it.
-	if err := syscall.Kill(componentPIDs(t, cp)["kube-scheduler"], syscall.SIGKILL); err != nil {
+	// The scheduler (as the controller manager) killed is started again alone, the run going
+	// on; the API server killed ends the run, and the error names it.
+	old := componentPIDs(t, cp)["kube-scheduler"]
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if pid := runningComponents(cp)["kube-scheduler"]; pid != 0 && pid != old {
+			break
+		}
+		select {
+		case err := <-done2:
+			t.Fatalf("after kube-scheduler was killed the run ended: %v; want it started again alone", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("kube-scheduler was not started again within a minute of being killed")
+		}
+	}
+	if err := syscall.Kill(componentPIDs(t, cp)["kube-apiserver"], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-done2:
-		if err == nil || !strings.Contains(err.Error(), "kube-scheduler exited") {
-			t.Errorf("after kube-scheduler was killed, Run returned %v; want an error naming it", err)
+		if err == nil || !strings.Contains(err.Error(), "kube-apiserver exited") {
+			t.Errorf("after kube-apiserver was killed, Run returned %v; want an error naming it", err)
 		}
 	case <-time.After(time.Minute):
-		t.Error("the control plane ran on for a minute after kube-scheduler died")
+		t.Error("the control plane ran on for a minute after kube-apiserver died")
 	}
 }
 
 // componentPIDs finds the running components by their command lines under cp's data dir.
 func componentPIDs(t *testing.T, cp *ControlPlane) map[string]int {
 	t.Helper()
+	out := runningComponents(cp)
+	if len(out) != len(Components) {
+		t.Fatalf("found components %v; want %v", out, Components)
+	}
+	return out
+}
+
+// runningComponents are cp's components running now, by name.
+func runningComponents(cp *ControlPlane) map[string]int {
 	out := map[string]int{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -256,9 +284,6 @@ func componentPIDs(t *testing.T, cp *ControlPlane) map[string]int {
 		}
 		argv0, _, _ := strings.Cut(string(b), "\x00")
 		out[filepath.Base(argv0)] = pid
-	}
-	if len(out) != len(Components) {
-		t.Fatalf("found components %v; want %v", out, Components)
 	}
 	return out
 }
