@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -123,9 +124,22 @@ func TestServersJoinServers(t *testing.T) {
 		}
 	}
 
-	// One server stopped: the two others are a quorum.
+	// One server stopped: the two others are a quorum, writing once they have a leader (if
+	// the stopped one led, after etcd's election timeout: 5 s, as k3s sets it).
 	stops[0]()
-	write(admins[2], "while-srv-1-down")
+	down := time.Now()
+	for {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "while-srv-1-down", Namespace: "default"}}
+		_, err := admins[2].CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) { // a write that timed out may have landed
+			break
+		}
+		if time.Since(down) > time.Minute {
+			t.Fatalf("with srv-1 down, srv-3 could not write for a minute: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("with srv-1 down, the first write through srv-3 succeeded %s after it stopped", time.Since(down).Round(time.Millisecond))
 	if err := read(admins[1], "while-srv-1-down"); err != nil {
 		t.Errorf("with srv-1 down, srv-2 reads what srv-3 wrote: %v", err)
 	}
