@@ -333,6 +333,20 @@ func (m *etcdMember) voter(ctx context.Context) error {
 	return nil
 }
 
+// leaderMembers is the cluster's members when this member leads it (k3s's leader-only
+// loops ask the same first); leader false, and no members, elsewhere.
+func (m *etcdMember) leaderMembers(ctx context.Context) ([]etcdMemberInfo, bool, error) {
+	st, err := m.status(ctx, m.localURL())
+	if err != nil {
+		return nil, false, fmt.Errorf("etcd's status: %w", err)
+	}
+	if st.Header.MemberID != st.Leader {
+		return nil, false, nil
+	}
+	members, err := m.members(ctx, m.localURL())
+	return members, err == nil, err
+}
+
 // manageLearners is the leader's part k3s runs every 15 s (manageLearners): on the leader
 // only, it asks etcd to promote each learner; etcd refuses one that has not caught up,
 // which is asked again next time. It returns when ctx ends.
@@ -350,16 +364,8 @@ func (m *etcdMember) manageLearners(ctx context.Context, every time.Duration) {
 			return
 		case <-time.After(every):
 		}
-		st, err := m.status(ctx, m.localURL())
-		if err != nil {
-			say(fmt.Errorf("etcd's status: %w", err))
-			continue
-		}
-		if st.Header.MemberID != st.Leader {
-			continue
-		}
-		members, err := m.members(ctx, m.localURL())
-		if err != nil {
+		members, leader, err := m.leaderMembers(ctx)
+		if err != nil || !leader {
 			say(err)
 			continue
 		}
@@ -381,15 +387,8 @@ func (m *etcdMember) manageLearners(ctx context.Context, every time.Duration) {
 // Nodes: on the leader only, each member's status, asked within 2 s. Elsewhere it returns a
 // view that is not the leader's.
 func (m *etcdMember) leaderCheck(ctx context.Context) (etcdView, error) {
-	st, err := m.status(ctx, m.localURL())
-	if err != nil {
-		return etcdView{}, fmt.Errorf("etcd's status: %w", err)
-	}
-	if st.Header.MemberID != st.Leader {
-		return etcdView{}, nil
-	}
-	members, err := m.members(ctx, m.localURL())
-	if err != nil {
+	members, leader, err := m.leaderMembers(ctx)
+	if err != nil || !leader {
 		return etcdView{}, err
 	}
 	v := etcdView{leader: true, members: map[string]memberState{}}
