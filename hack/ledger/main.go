@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
@@ -69,32 +70,78 @@ type ledger struct {
 	// figures: CI shows a run's last lines, and a failed VM test's console pushes its
 	// message out of them.
 	failures []failure
+	source   sourceLines
 }
 
-// failure is a failed test and the last lines it logged (t.Errorf, t.Fatalf and t.Logf look
-// alike in go test's output), the ledger's own lines and a console dump's header aside.
+// failure is a failed test, the lines its assertions logged, and the last lines it logged
+// (t.Errorf, t.Fatalf and t.Logf look alike in go test's output; the source tells them
+// apart), the ledger's own lines and a console dump's header aside.
 type failure struct {
 	test     string
+	failures []string
 	messages []string
 }
 
 // messageLine is the first line of what a test logged: "    file_test.go:123: text".
-var messageLine = regexp.MustCompile(`^\s+(\w+_test\.go:\d+: .*)$`)
+var messageLine = regexp.MustCompile(`^\s+((\w+_test\.go):(\d+): .*)$`)
 
-// lastMessages is the last n message lines of a test's output, each cut to 300 bytes.
-func lastMessages(output string, n int) []string {
+// assertion matches a source line that fails a test.
+var assertion = regexp.MustCompile(`\b(t|tb|b)\.(Error|Errorf|Fatal|Fatalf)\(`)
+
+// sourceLines reads a test file of a package once; dir is the package's directory.
+type sourceLines map[string][]string
+
+func (s sourceLines) get(dir, file string) []string {
+	key := filepath.Join(dir, file)
+	if lines, ok := s[key]; ok {
+		return lines
+	}
+	b, _ := os.ReadFile(key)
+	s[key] = strings.Split(string(b), "\n")
+	return s[key]
+}
+
+// isAssertion says whether the message at file:line came from a t.Errorf or t.Fatalf:
+// go test names the line of the call, which for a call over several lines is its first
+// or its last, so the few lines before count too.
+func (s sourceLines) isAssertion(dir, file string, line int) bool {
+	lines := s.get(dir, file)
+	for i := line - 1; i >= 0 && i >= line-4 && i < len(lines); i-- {
+		if assertion.MatchString(lines[i]) {
+			return true
+		}
+		if i < line-1 && strings.HasSuffix(strings.TrimSpace(lines[i]), ")") {
+			break // the line before ends another statement
+		}
+	}
+	return false
+}
+
+// messages are a failed test's assertion lines (the first n) and its last n lines,
+// each cut to 300 bytes; dir is the package's directory, where its test files are.
+func messages(output, dir string, src sourceLines, n int) (failures, last []string) {
 	var msgs []string
 	for _, line := range strings.Split(output, "\n") {
 		m := messageLine.FindStringSubmatch(line)
 		if m == nil || strings.Contains(m[1], "liken-ledger:") || strings.HasSuffix(m[1], "console:") {
 			continue
 		}
-		if len(m[1]) > 300 {
-			m[1] = m[1][:300] + "..."
+		text := m[1]
+		if len(text) > 300 {
+			text = text[:300] + "..."
 		}
-		msgs = append(msgs, m[1])
+		msgs = append(msgs, text)
+		if no, _ := strconv.Atoi(m[3]); len(failures) < n && src.isAssertion(dir, m[2], no) {
+			failures = append(failures, text)
+		}
 	}
-	return msgs[max(0, len(msgs)-n):]
+	return failures, msgs[max(0, len(msgs)-n):]
+}
+
+// packageDir is where a package of this module lives, from the module's root, where
+// `make test` runs.
+func packageDir(pkg string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(pkg, "liken.dev/liken"), "/")
 }
 
 func (l *ledger) add(e event, out io.Writer) {
@@ -110,7 +157,8 @@ func (l *ledger) add(e event, out io.Writer) {
 		case "fail":
 			text := l.output[key].String()
 			io.WriteString(out, text)
-			l.failures = append(l.failures, failure{test: e.Test, messages: lastMessages(text, 3)})
+			failures, last := messages(text, packageDir(e.Package), l.source, 3)
+			l.failures = append(l.failures, failure{test: e.Test, failures: failures, messages: last})
 			delete(l.output, key)
 		case "pass", "skip":
 			delete(l.output, key)
@@ -253,7 +301,7 @@ func (m *cpuMeter) busy() float64 {
 }
 
 func run(in io.Reader, out io.Writer, total func() time.Duration, cpu func() float64) (failed bool, err error) {
-	l := &ledger{packages: map[string]*entry{}, tests: map[string]*entry{}, output: map[string]*strings.Builder{}}
+	l := &ledger{packages: map[string]*entry{}, tests: map[string]*entry{}, output: map[string]*strings.Builder{}, source: sourceLines{}}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -292,6 +340,9 @@ func run(in io.Reader, out io.Writer, total func() time.Duration, cpu func() flo
 			if i == 10 {
 				fmt.Fprintf(f, "failed: %d tests more\n", len(l.failures)-i)
 				break
+			}
+			if len(fl.failures) > 0 {
+				fmt.Fprintf(f, "failed: %s; its failed assertions: %s\n", fl.test, strings.Join(fl.failures, " | "))
 			}
 			fmt.Fprintf(f, "failed: %s; its last lines: %s\n", fl.test, strings.Join(fl.messages, " | "))
 		}

@@ -11,7 +11,8 @@ import (
 // TestLedger feeds real `go test -json` lines (as cmd/test2json writes them) and checks the
 // table: packages and VM tests sorted longest first, boots and the machines' CPU time summed
 // per test, failures
-// marked and reported, the ten longest written to the figures file.
+// marked and reported with their assertions found in their source, the ten longest written
+// to the figures file.
 func TestLedger(t *testing.T) {
 	in := `{"Action":"start","Package":"liken.dev/liken/internal/agent"}
 {"Action":"output","Package":"liken.dev/liken/internal/agent","Output":"ok  \tliken.dev/liken/internal/agent\t199.9s\n"}
@@ -28,6 +29,9 @@ func TestLedger(t *testing.T) {
 {"Action":"pass","Package":"liken.dev/liken/test/vm","Test":"TestB/sub","Elapsed":1}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    vm_test.go:9: the machine never came back\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"        {\"last\": \"Machine\"}\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    vm_test.go:12: fleet: all on B\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    vm_test.go:12: fleet: all Ready\n"}
+{"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    vm_test.go:12: fleet: all Idle\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    install_test.go:213: console:\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"        liken-init: a console line\n"}
 {"Action":"output","Package":"liken.dev/liken/test/vm","Test":"TestB","Output":"    install_test.go:227: liken-ledger: boots 1 cpu 1.0s\n"}
@@ -35,6 +39,17 @@ func TestLedger(t *testing.T) {
 {"Action":"fail","Package":"liken.dev/liken/test/vm","Elapsed":1200.7}
 # liken.dev/liken/internal/broken
 `
+	// The failed test's source, read to tell its assertions from its logs: line 9 is an
+	// Errorf over two lines, line 12 a Logf.
+	root := t.TempDir()
+	src := "package vm\n\n\n\n\n\n\nfunc TestB(t *testing.T) {\n\tt.Errorf(\"the machine %s\",\n\t\t\"never came back\")\n\tfor range 3 {\n\t\tt.Logf(\"fleet: %s\", x)\n\t}\n}\n"
+	if err := os.MkdirAll(filepath.Join(root, "test/vm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "test/vm/vm_test.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
 	report := filepath.Join(t.TempDir(), "figures")
 	t.Setenv("LIKEN_TEST_REPORT", report)
 	var out strings.Builder
@@ -74,7 +89,8 @@ func TestLedger(t *testing.T) {
 	}
 	b, _ := os.ReadFile(report)
 	if want := "time ledger, the ten longest: test/vm 1201s; test/vm TestB 900s (1 boots, VM CPU 1s); test/vm TestA 300s (5 boots, VM CPU 150s); internal/agent 200s\n" +
-		"failed: TestB; its last lines: vm_test.go:9: the machine never came back\n"; string(b) != want {
+		"failed: TestB; its failed assertions: vm_test.go:9: the machine never came back\n" +
+		"failed: TestB; its last lines: vm_test.go:12: fleet: all on B | vm_test.go:12: fleet: all Ready | vm_test.go:12: fleet: all Idle\n"; string(b) != want {
 		t.Errorf("figures:\n%q\nwant\n%q", b, want)
 	}
 }
