@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -286,15 +287,32 @@ func TCGCPU() string {
 const DefaultTCGCPU = "max"
 
 // TCGKernelArgs are the kernel arguments a machine QEMU emulates (TCG) is installed with.
-// Its time stamp counter is the host's, one counter for every vCPU, but TCG cannot say so
-// (it refuses invtsc), so Linux takes the counters of a guest of more than one (AMD-like)
-// vCPU for unsynchronised ("Marking TSC unstable due to TSCs unsynchronized") and reads the
-// time from the emulated HPET instead: a read took 3.2 µs instead of 0.3 µs, each one
-// under QEMU's global lock, and Go programs read the time at every turn of their
+//
+// tsc=reliable: its time stamp counter is the host's, one counter for every vCPU, but TCG
+// cannot say so (it refuses invtsc), so Linux takes the counters of a guest of more than one
+// (AMD-like) vCPU for unsynchronised ("Marking TSC unstable due to TSCs unsynchronized") and
+// reads the time from the emulated HPET instead: a read took 3.2 µs instead of 0.3 µs, each
+// one under QEMU's global lock, and Go programs read the time at every turn of their
 // scheduler. Measured on a 2-core host, 2 vCPUs (December 2026): a Go program of 200
 // goroutines on short timers woke 111k times in 8 s on the HPET, 171k on the TSC, for the
-// same host CPU. Under KVM the guest has kvm-clock and needs nothing.
-const TCGKernelArgs = "tsc=reliable"
+// same host CPU.
+//
+// tsc_early_khz=the host's counter's rate: Linux measures the counter's rate at boot against
+// the emulated PIT and HPET, and when the two disagree it takes the PIT's. On a busy host a
+// lab's server measured 127.569 MHz against the HPET's 2596.178 ("PIT calibration deviates
+// from HPET"), so its clock ran twenty times fast, every timeout in it expired twenty times
+// early and its API server was restarted for "not ready after 5 minutes" every 15 s, for
+// ever (December 2026). tsc=reliable also keeps Linux from checking the counter against
+// another clock later, so nothing corrects it. Told the rate, Linux skips the measurement;
+// its later refinement against the HPET still corrects it by up to 1%.
+//
+// Under KVM the guest has kvm-clock and needs neither.
+func TCGKernelArgs() string {
+	if khz := HostTSCkHz(); khz > 0 {
+		return "tsc=reliable tsc_early_khz=" + strconv.FormatInt(khz, 10)
+	}
+	return "tsc=reliable"
+}
 
 // InstallArgs are the kernel arguments to install a machine with: args, and under TCG
 // (kvm false) TCGKernelArgs before them.
@@ -302,5 +320,5 @@ func InstallArgs(kvm bool, args string) string {
 	if kvm {
 		return args
 	}
-	return strings.TrimSpace(TCGKernelArgs + " " + args)
+	return strings.TrimSpace(TCGKernelArgs() + " " + args)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/test/report"
 )
 
@@ -40,7 +41,7 @@ func TestBootToSystemStage(t *testing.T) {
 	var console strings.Builder
 	v, err := Boot(Options{
 		Kernel: rel.Path("vmlinuz"), Initrd: rel.Path("initramfs.img"),
-		Append: "console=ttyS0 quiet panic=-1 liken.root=PARTLABEL=liken-slot-a liken.test=poweroff liken.test.stage=system",
+		Append: qemu.TCGKernelArgs() + " console=ttyS0 quiet panic=-1 liken.root=PARTLABEL=liken-slot-a liken.test=poweroff liken.test.stage=system",
 		Disks:  []Disk{{Path: disk}}, Log: &console,
 	})
 	if err != nil {
