@@ -65,6 +65,7 @@ var FieldClasses = []FieldClass{
 	{Path: "machine.spec.retryFailedDigest", Class: Live, Why: "lets the upgrade logic try a failed digest once more"},
 	{Path: "machine.spec.reboot", Class: Live, Why: "an operator's approval or request, acted on by the reboot logic"},
 	{Path: "machine.spec.etcdRestore", Class: Reboot, Why: "etcd is restored before k3s starts, at the next boot (k3s --cluster-reset)"},
+	{Path: "machine.spec.etcdRejoin", Class: Reboot, Why: "etcd's data is set aside before k3s starts, at the next boot, and k3s joins the cluster again"},
 }
 
 // ClassOf returns the class of the field at path ("machine.spec.network.interfaces", say):

@@ -19,6 +19,10 @@ type MachineStatus struct {
 	// EtcdRestore is this server's last restore of etcd from a snapshot (spec.etcdRestore).
 	// +optional
 	EtcdRestore *EtcdRestoreStatus `json:"etcdRestore,omitempty"`
+	// EtcdRejoin is this server's last rejoin of the cluster's etcd without its data
+	// (spec.etcdRejoin).
+	// +optional
+	EtcdRejoin *EtcdRejoinStatus `json:"etcdRejoin,omitempty"`
 	// Hardware is what the machine found at boot.
 	// +optional
 	Hardware *Hardware `json:"hardware,omitempty"`
@@ -204,6 +208,21 @@ type EtcdRestoreStatus struct {
 	// At is when the boot restored it, or failed to.
 	At metav1.Time `json:"at"`
 	// Error is why it failed; k3s then started on etcd's data as it was.
+	// +optional
+	Error string `json:"error,omitempty"`
+}
+
+// EtcdRejoinStatus is the last rejoin of a server's etcd without its data
+// (spec.etcdRejoin).
+type EtcdRejoinStatus struct {
+	// Request is the spec's that asked for it.
+	Request string `json:"request"`
+	// At is when the boot set etcd's data aside, or refused to.
+	At metav1.Time `json:"at"`
+	// MovedTo is where etcd's data went, under k3s's server/db; empty when there was none.
+	// +optional
+	MovedTo string `json:"movedTo,omitempty"`
+	// Error is why it was refused; k3s then started on etcd's data as it was.
 	// +optional
 	Error string `json:"error,omitempty"`
 }

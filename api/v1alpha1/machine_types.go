@@ -45,6 +45,8 @@ const (
 // MachineSpec is what operators declare for one machine.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.etcdRestore) || self.role == 'server'",message="spec.etcdRestore is for servers: an agent has no etcd"
+// +kubebuilder:validation:XValidation:rule="!has(self.etcdRejoin) || self.role == 'server'",message="spec.etcdRejoin is for servers: an agent has no etcd"
+// +kubebuilder:validation:XValidation:rule="!has(self.etcdRejoin) || !has(self.etcdRestore)",message="spec.etcdRejoin and spec.etcdRestore exclude each other: a server is either restored (the cluster starts again from it) or rejoins the restored one"
 // +kubebuilder:validation:XValidation:rule="has(self.install) == has(oldSelf.install)",message="spec.install is immutable: it records the disk the machine was installed on"
 // +kubebuilder:validation:XValidation:rule="!has(self.install) || !has(self.disks) || self.disks.all(d, d.device != self.install.disk)",message="spec.disks must not list the install disk: liken owns its layout"
 type MachineSpec struct {
@@ -148,6 +150,26 @@ type MachineSpec struct {
 	// quorum"). Servers only.
 	// +optional
 	EtcdRestore *EtcdRestore `json:"etcdRestore,omitempty"`
+
+	// EtcdRejoin has this server leave its etcd data and join the cluster's etcd again as a
+	// new member, at its next boot, once: what k3s's docs ask of the other servers after one
+	// was restored from a snapshot (remove server/db on them, start k3s). Init moves
+	// server/db/etcd aside (server/db/etcd-old-<time>, as k3s's own reset does) before k3s
+	// starts, and k3s joins through the server address in its configuration. The server that
+	// initialises the cluster (cluster-init, no server address) refuses it: without its data
+	// it would start a new, empty cluster. Servers only.
+	// +optional
+	EtcdRejoin *EtcdRejoin `json:"etcdRejoin,omitempty"`
+}
+
+// EtcdRejoin asks a server to join the cluster's etcd again without its data.
+type EtcdRejoin struct {
+	// Request tells one rejoin from another: a machine rejoins once per request
+	// (status.etcdRejoin says it did), so rejoining again takes a new one.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Request string `json:"request"`
 }
 
 // EtcdRestore names the snapshot a server's etcd is restored from.

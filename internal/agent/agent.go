@@ -145,10 +145,11 @@ type Agent struct {
 	jobRetryAt     time.Time
 	jobRetryDigest string
 	jobRetrySource channelSource
-	// etcdRestore is this server's last restore of etcd from a snapshot, as init recorded
-	// it (read once: etcdRestoreRead).
+	// etcdRestore and etcdRejoin are this server's last restore of etcd from a snapshot and
+	// last rejoin without its data, as init recorded them (read once: etcdRecordsRead).
 	etcdRestore     *v1alpha1.EtcdRestoreStatus
-	etcdRestoreRead bool
+	etcdRejoin      *v1alpha1.EtcdRejoinStatus
+	etcdRecordsRead bool
 	jobLastErr      string
 	// jobRefused is the last slot job's refusal of a release it could not trust (not
 	// signed by the channel, or bytes other than the pin's), reported in Degraded until a

@@ -137,6 +137,13 @@ func newSim(t testing.TB, name string, role v1alpha1.Role) *sim {
 	t.Helper()
 	dir := t.TempDir()
 	s := &sim{name: name, role: role, dir: dir, sysctl: sysctl.Host{Root: filepath.Join(dir, "proc-sys")}}
+	// An agent a test left running is stopped before its directory is removed (cleanups run
+	// last registered first): one still writing its state there failed the removal.
+	t.Cleanup(func() {
+		if s.cancel != nil {
+			s.stop()
+		}
+	})
 	for k, v := range map[string]string{"net/ipv4/ip_forward": "0", "vm/swappiness": "60", "net/core/somaxconn": "4096"} {
 		p := filepath.Join(s.sysctl.Root, k)
 		os.MkdirAll(filepath.Dir(p), 0o755)

@@ -110,7 +110,8 @@ func TestServerSnapshotsBeforeItsDrain(t *testing.T) {
 }
 
 // TestStatusSaysTheLastEtcdRestore: the restore init recorded before the agent started (a
-// failed one, here) is the Machine's status.etcdRestore.
+// failed one, here) is the Machine's status.etcdRestore, and the rejoin it recorded is
+// status.etcdRejoin.
 func TestStatusSaysTheLastEtcdRestore(t *testing.T) {
 	f := setup(t, map[string]v1alpha1.Role{"er1": v1alpha1.RoleServer})
 	boot := f.bootedOnClusterRelease(t)
@@ -123,10 +124,16 @@ func TestStatusSaysTheLastEtcdRestore(t *testing.T) {
 	if err := state.SaveEtcdRestore(dir, rec); err != nil {
 		t.Fatal(err)
 	}
+	rejoin := v1alpha1.EtcdRejoinStatus{Request: "2", At: at, MovedTo: "etcd-old-1796700000"}
+	if err := state.SaveEtcdRejoin(dir, rejoin); err != nil {
+		t.Fatal(err)
+	}
 	er1.boot(t, f)
 	er1.start(t)
 	f.waitFor(t, "er1", "status.etcdRestore says the failed restore", func(m *v1alpha1.Machine, _ *corev1.Node) bool {
 		r := m.Status.EtcdRestore
-		return r != nil && r.Snapshot == rec.Snapshot && r.Request == "1" && r.At.Equal(&at) && r.Error == rec.Error
+		j := m.Status.EtcdRejoin
+		return r != nil && r.Snapshot == rec.Snapshot && r.Request == "1" && r.At.Equal(&at) && r.Error == rec.Error &&
+			j != nil && j.Request == "2" && j.MovedTo == rejoin.MovedTo && j.At.Equal(&at)
 	})
 }

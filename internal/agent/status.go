@@ -47,17 +47,22 @@ func (a *Agent) status(m *v1alpha1.Machine, out *outcome) v1alpha1.MachineStatus
 	if out.etcdSnapshot != nil {
 		s.EtcdSnapshot = out.etcdSnapshot.DeepCopy()
 	}
-	if !a.etcdRestoreRead {
-		// Init wrote it before the agent started (a restore runs before k3s): read once.
-		a.etcdRestoreRead = true
-		r, err := state.LoadEtcdRestore(a.cfg.State.Dir)
-		if err != nil {
+	if !a.etcdRecordsRead {
+		// Init wrote them before the agent started (both run before k3s): read once.
+		a.etcdRecordsRead = true
+		var err error
+		if a.etcdRestore, err = state.LoadEtcdRestore(a.cfg.State.Dir); err != nil {
 			a.log.Error("reading the last etcd restore", "err", err)
 		}
-		a.etcdRestore = r
+		if a.etcdRejoin, err = state.LoadEtcdRejoin(a.cfg.State.Dir); err != nil {
+			a.log.Error("reading the last etcd rejoin", "err", err)
+		}
 	}
 	if a.etcdRestore != nil {
 		s.EtcdRestore = a.etcdRestore.DeepCopy()
+	}
+	if a.etcdRejoin != nil {
+		s.EtcdRejoin = a.etcdRejoin.DeepCopy()
 	}
 	if out.rebooting {
 		s.Reboot.State, s.Reboot.Message = v1alpha1.RebootRebooting, "the machine is going down for its reboot"

@@ -534,17 +534,23 @@ func TestStatusSaysASoftwareWatchdog(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the watchdog lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// And a server's last etcd restore, done or failed.
+	// And a server's last etcd restore, done or failed, and its last rejoin.
 	at := metav1.NewTime(time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC))
 	restores := fleet{Machines: []machineState{
 		{Name: "s1", EtcdRestore: &v1alpha1.EtcdRestoreStatus{Snapshot: "liken-s1-1796600000", At: at}},
 		{Name: "s2", EtcdRestore: &v1alpha1.EtcdRestoreStatus{Snapshot: "liken-s2-1", At: at, Error: "no snapshot liken-s2-1 on this server"}},
+		{Name: "s3", EtcdRejoin: &v1alpha1.EtcdRejoinStatus{Request: "after-restore", At: at, MovedTo: "etcd-old-1796600000"}},
+		{Name: "s4", EtcdRejoin: &v1alpha1.EtcdRejoinStatus{Request: "r", At: at, Error: "this server initialises the cluster"}},
+		{Name: "s5", EtcdRejoin: &v1alpha1.EtcdRejoinStatus{Request: "r", At: at}},
 	}}
 	var rb strings.Builder
 	summary(&rb, restores)
 	for _, line := range []string{
 		"etcd restore: s1: restored from liken-s1-1796600000 at 2026-12-07T06:00:00Z; what the cluster wrote after that snapshot is gone",
 		"etcd restore: s2: from liken-s2-1 FAILED at 2026-12-07T06:00:00Z (k3s started on etcd's data as it was): no snapshot liken-s2-1 on this server",
+		`etcd rejoin: s3: request "after-restore" at 2026-12-07T06:00:00Z: its etcd data set aside (server/db/etcd-old-1796600000), k3s to join as a new member`,
+		`etcd rejoin: s4: request "r" REFUSED at 2026-12-07T06:00:00Z (k3s started on etcd's data as it was): this server initialises the cluster`,
+		`etcd rejoin: s5: request "r" at 2026-12-07T06:00:00Z: it had no etcd data, k3s to join as a new member`,
 	} {
 		if !strings.Contains(rb.String(), line+"\n") {
 			t.Errorf("status does not say %q:\n%s", line, rb.String())

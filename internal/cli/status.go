@@ -66,6 +66,8 @@ type machineState struct {
 	Watchdog string `json:"watchdog,omitempty"`
 	// EtcdRestore is a server's last restore of etcd from a snapshot (status.etcdRestore).
 	EtcdRestore *v1alpha1.EtcdRestoreStatus `json:"etcdRestore,omitempty"`
+	// EtcdRejoin is a server's last rejoin of etcd without its data (status.etcdRejoin).
+	EtcdRejoin *v1alpha1.EtcdRejoinStatus `json:"etcdRejoin,omitempty"`
 }
 
 // statusFlags are status's output options beyond -o json|yaml, as kubectl users know them.
@@ -304,6 +306,19 @@ func summary(w io.Writer, f fleet) {
 		}
 	}
 	for _, r := range f.Machines {
+		if e := r.EtcdRejoin; e != nil {
+			at := e.At.UTC().Format(time.RFC3339)
+			switch {
+			case e.Error != "":
+				fmt.Fprintf(w, "etcd rejoin: %s: request %q REFUSED at %s (k3s started on etcd's data as it was): %s\n", r.Name, e.Request, at, e.Error)
+			case e.MovedTo != "":
+				fmt.Fprintf(w, "etcd rejoin: %s: request %q at %s: its etcd data set aside (server/db/%s), k3s to join as a new member\n", r.Name, e.Request, at, e.MovedTo)
+			default:
+				fmt.Fprintf(w, "etcd rejoin: %s: request %q at %s: it had no etcd data, k3s to join as a new member\n", r.Name, e.Request, at)
+			}
+		}
+	}
+	for _, r := range f.Machines {
 		if r.Watchdog == v1alpha1.SoftwareWatchdog {
 			fmt.Fprintf(w, "watchdog: %s: softdog only, no hardware watchdog liken drives: a hang of the kernel itself will not reset it\n", r.Name)
 		}
@@ -358,6 +373,7 @@ func row(m *v1alpha1.Machine) machineState {
 	}
 	r.EtcdSnapshot = s.EtcdSnapshot
 	r.EtcdRestore = s.EtcdRestore
+	r.EtcdRejoin = s.EtcdRejoin
 	// The node's address: the one k3s is given (spec.network.nodeIP), else the first
 	// address the machine reports on a link.
 	if m.Spec.Network != nil && m.Spec.Network.NodeIP != "" {

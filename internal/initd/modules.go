@@ -86,6 +86,9 @@ func (s *system) useStaged() {
 		// none (a lost quorum: the API was down, and the layer carries the request).
 		s.machine.Spec.EtcdRestore = r
 	}
+	if r := st.Staged.Machine.EtcdRejoin; r != nil {
+		s.machine.Spec.EtcdRejoin = r // the same: the agent's, or the layer's
+	}
 	s.cluster.Spec = clusterAtBoot(s.cluster.Spec, st)
 	fmt.Fprintln(s.log, "liken-init: network, kernel modules, disks and the Cluster's settings from the spec the agent staged")
 	// The sysctls the agent applied, before k3s starts; the agent keeps the originals.

@@ -506,6 +506,7 @@ func (s *system) run() error {
 	defer cancel()
 	k3sOut := s.output(logfile.K3s)
 	s.restoreEtcd(likenState, k3s.SnapshotDir(k3s.DefaultPaths.DataDir), k3sOut, s.runK3sOnce) // spec.etcdRestore, once, before k3s starts
+	s.rejoinEtcd(likenState, k3s.EtcdDir(k3s.DefaultPaths.DataDir), time.Now())                // spec.etcdRejoin, likewise
 	k3sProc := supervisor.New(supervisor.Spec{Name: "k3s", Path: "/usr/bin/k3s",
 		Args:   []string{string(s.machine.Spec.Role), "--config", k3s.DefaultPaths.Config},
 		Env:    k3sEnv(s.cmd, s.machine.Spec.Role, s.version),

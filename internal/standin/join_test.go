@@ -26,6 +26,9 @@ import (
 // wrote; with one server stopped the other two still write and read (a quorum of two);
 // started again on its data it is a member already (nothing added) and has what was written
 // while it was down. etcd refuses a client without the layer's etcd client certificate.
+// Last, the way back from a lost quorum: srv-1 restored from a snapshot, srv-2 rejoins it
+// without its etcd data (as spec.etcdRejoin has init set it aside) as a new member, and both
+// read what was written before the snapshot and not what was written after.
 func TestServersJoinServers(t *testing.T) {
 	idDir := t.TempDir()
 	id, err := identity.LoadOrCreateIdentity(idDir)
@@ -146,7 +149,7 @@ func TestServersJoinServers(t *testing.T) {
 	// Started again, its own data: a member already.
 	name := cps[0].etcd.name
 	again := newControlPlaneOn(t, cps[0])
-	a, _ := startedUntilStopped(t, again)
+	a, stopAgain := startedUntilStopped(t, again)
 	if again.etcd.name != name {
 		t.Errorf("srv-1's member is %s after a restart; want %s", again.etcd.name, name)
 	}
@@ -161,6 +164,57 @@ func TestServersJoinServers(t *testing.T) {
 	if resp, err := http.Get(cps[1].etcd.localURL() + "/health"); err == nil {
 		resp.Body.Close()
 		t.Errorf("etcd answered a client with no certificate: %s", resp.Status)
+	}
+
+	// The way back from a lost quorum (docs/reboots.md): srv-1 restored from its snapshot
+	// by a cluster reset, then srv-2 rejoins it without its etcd data, as init sets it
+	// aside for spec.etcdRejoin, and joins as a new member of the restored cluster.
+	srv1 := again.etcd
+	snap, err := SaveSnapshot(t.Context(), SnapshotOptions{EtcdURL: srv1.localURL(), TLSDir: srv1.tls,
+		Dir: t.TempDir(), Name: "liken", Node: "srv-1", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(admins[1], "after-the-snapshot")
+	oldSrv2 := cps[1].etcd.name
+	stops[1]()
+	stops[2]()
+	stopAgain()
+	var log strings.Builder
+	reset := ResetOptions{DataDir: again.DataDir, Node: "srv-1", PeerURL: srv1.peerURL(), RestorePath: snap.Path,
+		Etcd: filepath.Join(again.Bin, "etcd"), Now: time.Now()}
+	if err := ClusterReset(t.Context(), reset, &log); err != nil {
+		t.Fatalf("restoring srv-1 from %s: %v\n%s", snap.Path, err, log.String())
+	}
+	restored, _ := startedUntilStopped(t, newControlPlaneOn(t, cps[0]))
+	etcd2 := filepath.Join(cps[1].DataDir, "server", "db", "etcd")
+	if err := os.Rename(etcd2, etcd2+"-old-rejoin"); err != nil {
+		t.Fatal(err)
+	}
+	rejoinStart := time.Now()
+	rejoined := newControlPlaneOn(t, cps[1])
+	a2, _ := startedUntilStopped(t, rejoined)
+	t.Logf("srv-2 rejoined the restored srv-1 in %s", time.Since(rejoinStart).Round(time.Millisecond))
+	if rejoined.etcd.name == oldSrv2 || !strings.HasPrefix(rejoined.etcd.name, "srv-2-") {
+		t.Errorf("srv-2 rejoined as member %s; want a new member of srv-2 (it was %s)", rejoined.etcd.name, oldSrv2)
+	}
+	members, err = rejoined.etcd.members(t.Context(), rejoined.etcd.localURL())
+	if err != nil || len(members) != 2 {
+		t.Fatalf("after the restore and srv-2's rejoin etcd has members %+v (%v); want srv-1's and srv-2's new one", members, err)
+	}
+	for _, m := range members {
+		if m.IsLearner {
+			t.Errorf("member %s is still a learner: srv-2 started its API server before it voted", m.Name)
+		}
+	}
+	for _, c := range []*rest.Config{restored, a2} {
+		a := kubernetes.NewForConfigOrDie(c)
+		if err := read(a, "from-srv-2"); err != nil {
+			t.Errorf("after the restore, %s does not read what was written before the snapshot: %v", c.Host, err)
+		}
+		if err := read(a, "after-the-snapshot"); !apierrors.IsNotFound(err) {
+			t.Errorf("after the restore, %s reads what was written after the snapshot (%v); want it gone", c.Host, err)
+		}
 	}
 }
 

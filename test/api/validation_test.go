@@ -89,6 +89,12 @@ var invalidCases = []invalidCase{
 	{"role unknown", "server-1", setTo("spec.role", "worker"), `Unsupported value: "worker"`},
 	{"etcd restore on an agent", "agent-1", setTo("spec.etcdRestore", map[string]any{"snapshot": "liken-agent-1-1796700000"}), "spec.etcdRestore is for servers"},
 	{"etcd restore of a path", "server-1", setTo("spec.etcdRestore", map[string]any{"snapshot": "../../etc/shadow"}), "snapshot is a file name in k3s's snapshot directory"},
+	{"etcd rejoin on an agent", "agent-1", setTo("spec.etcdRejoin", map[string]any{"request": "1"}), "spec.etcdRejoin is for servers"},
+	{"etcd rejoin without a request", "server-1", setTo("spec.etcdRejoin", map[string]any{}), "spec.etcdRejoin.request: Required value"},
+	{"etcd rejoin and restore at once", "server-1", func(t *testing.T, u *unstructured.Unstructured) {
+		setTo("spec.etcdRejoin", map[string]any{"request": "1"})(t, u)
+		setTo("spec.etcdRestore", map[string]any{"snapshot": "liken-server-1-1796700000"})(t, u)
+	}, "spec.etcdRejoin and spec.etcdRestore exclude each other"},
 	{"role missing", "server-1", func(t *testing.T, u *unstructured.Unstructured) { remove(u, "spec.role") }, "spec.role: Required value"},
 	{"MAC malformed", "server-1", setTo("spec.match.macs", []string{"52:54:00:00:00"}), "must be a MAC address of six colon-separated hex pairs"},
 	{"MAC duplicated", "server-1", setTo("spec.match.macs", []string{"52:54:00:00:00:01", "52:54:00:00:00:01"}), `Duplicate value: "52:54:00:00:00:01"`},

@@ -32,6 +32,12 @@ func SnapshotDir(dataDir string) string {
 	return filepath.Join(dataDir, "server", "db", "snapshots")
 }
 
+// EtcdDir is where k3s keeps the embedded etcd's data for a data directory
+// (pkg/etcd: dbDir/etcd); a server without it joins the cluster as a new member.
+func EtcdDir(dataDir string) string {
+	return filepath.Join(dataDir, "server", "db", "etcd")
+}
+
 // SnapshotFileName is the file k3s writes for a snapshot of name taken on node at t.
 func SnapshotFileName(name, node string, t time.Time) string {
 	return fmt.Sprintf("%s-%s-%d", name, node, t.Round(time.Second).Unix())
