@@ -160,7 +160,8 @@ func (m Machine) Args() ([]string, error) {
 		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
 	} else {
-		args = append(args, "-kernel", m.Kernel, "-append", m.Append)
+		// A kernel booted directly gets what an installed machine's GRUB gives it under TCG.
+		args = append(args, "-kernel", m.Kernel, "-append", InstallArgs(m.KVM, m.Append))
 		if m.Initrd != "" {
 			args = append(args, "-initrd", m.Initrd)
 		}
@@ -315,7 +316,8 @@ func TCGKernelArgs() string {
 }
 
 // InstallArgs are the kernel arguments to install a machine with: args, and under TCG
-// (kvm false) TCGKernelArgs before them.
+// (kvm false) TCGKernelArgs before them. A Machine booting a kernel directly is given the
+// same.
 func InstallArgs(kvm bool, args string) string {
 	if kvm {
 		return args

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/test/report"
 )
 
@@ -41,7 +40,7 @@ func TestBootToSystemStage(t *testing.T) {
 	var console strings.Builder
 	v, err := Boot(Options{
 		Kernel: rel.Path("vmlinuz"), Initrd: rel.Path("initramfs.img"),
-		Append: qemu.TCGKernelArgs() + " console=ttyS0 quiet panic=-1 liken.root=PARTLABEL=liken-slot-a liken.test=poweroff liken.test.stage=system",
+		Append: "console=ttyS0 quiet panic=-1 liken.root=PARTLABEL=liken-slot-a liken.test=poweroff liken.test.stage=system",
 		Disks:  []Disk{{Path: disk}}, Log: &console,
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"liken.dev/liken/internal/qemu"
 	"liken.dev/liken/internal/release"
 	"liken.dev/liken/test/report"
 	"liken.dev/liken/test/vmtest"
@@ -54,7 +53,7 @@ func runGoTestsInVM(t *testing.T, pkg, run string, modules ...string) string {
 	}
 	// After "--" the kernel gives the words to init: the test binary's flags.
 	v := bootWith(t, Options{Kernel: k.Vmlinuz(), Initrd: initrdPath, MemoryMiB: 512,
-		Append: qemu.TCGKernelArgs() + " console=ttyS0 panic=-1 -- -test.v -test.run=" + run})
+		Append: "console=ttyS0 panic=-1 -- -test.v -test.run=" + run})
 	expect(t, v, vmtest.ExitMarker, 5*time.Minute)
 	if _, err := v.Wait(30 * time.Second); err != nil {
 		t.Errorf("after the tests: %v", err)
